@@ -1,0 +1,82 @@
+"""Checkpoint bytes and files: what to store is the runner's business, here is how.
+
+Files are written atomically (temp file in the same directory, fsync, rename),
+so a crash mid-save leaves the previous checkpoint intact. Loading never
+executes code from the file: ``torch.load(weights_only=True)`` accepts tensors
+and plain containers only.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from typing import Any, Dict
+
+import torch
+
+from raysgd.errors import CheckpointError
+
+FORMAT_KEY = "raysgd_checkpoint_version"
+FORMAT_VERSION = 1
+
+
+def to_bytes(state: Dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({FORMAT_KEY: FORMAT_VERSION, **state}, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes, source: str = "checkpoint") -> Dict[str, Any]:
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for bad bytes
+        raise CheckpointError(
+            f"{source} could not be read as a raysgd checkpoint ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). The file is truncated, "
+            "foreign, or holds objects other than tensors and plain containers; "
+            "write it with trainer.save(path).") from exc
+    return _check_format(state, source)
+
+
+def _check_format(state: Any, source: str) -> Dict[str, Any]:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source} holds a {type(state).__name__}, not a raysgd checkpoint.")
+    if state.get(FORMAT_KEY) is None and not {"models", "optimizers"} <= state.keys():
+        raise CheckpointError(
+            f"{source} is a torch file but not a raysgd checkpoint (no '{FORMAT_KEY}' and no "
+            "'models'/'optimizers' entries); write it with trainer.save(path).")
+    version = state.pop(FORMAT_KEY, FORMAT_VERSION)
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{source} was written by a newer raysgd (format {version}); upgrade raysgd.")
+    return state
+
+
+def write_atomic(path: str, data: bytes) -> str:
+    """Write ``data`` to ``path`` so readers see the old file or the new, never half."""
+    path = os.path.abspath(os.path.expanduser(path))
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save(path: str, state: Dict[str, Any]) -> str:
+    return write_atomic(path, to_bytes(state))
+
+
+def load(path: str) -> Dict[str, Any]:
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise CheckpointError(f"No checkpoint at {path}; check the path passed to load().")
+    with open(path, "rb") as handle:
+        return from_bytes(handle.read(), source=f"Checkpoint {path}")

@@ -1,0 +1,130 @@
+"""Frozen, validated settings shared by the driver and every worker.
+
+The trainer turns its keyword arguments into one :class:`WorkerSettings` on the
+driver; validation happens in ``__post_init__`` so a bad value fails before any
+actor starts. Workers receive the object as is and never re-validate.
+"""
+from __future__ import annotations
+
+import importlib.util
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
+
+from raysgd.errors import ConfigError
+
+SCHEDULER_STEP_FREQS = ("batch", "epoch", "manual", None)
+BACKENDS = ("auto", "gloo", "nccl")
+FP16_MODES = (False, True, "bf16", "apex")
+
+
+def apex_available() -> bool:
+    """True when NVIDIA Apex's ``apex.amp`` can be imported here."""
+    try:
+        return importlib.util.find_spec("apex.amp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    # ``True in (1,)`` is true in Python, so compare identity for bools.
+    ok = any(value is c or (type(value) is type(c) and value == c) for c in choices)
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is not valid; use one of {list(choices)}.")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs to know besides the operator and its config."""
+
+    use_gpu: bool = False
+    backend: str = "gloo"
+    wrap_ddp: bool = True
+    add_dist_sampler: bool = True
+    use_fp16: Union[bool, str] = False
+    apex_args: Optional[Mapping[str, Any]] = None
+    scheduler_step_freq: Optional[str] = None
+    use_tqdm: bool = False
+    timeout_s: float = 1800.0
+    num_cpus_per_worker: float = 1
+
+    def __post_init__(self):
+        _check_choice("scheduler_step_freq", self.scheduler_step_freq, SCHEDULER_STEP_FREQS)
+        _check_choice("backend", self.backend, ("gloo", "nccl"))
+        _check_choice("use_fp16", self.use_fp16, FP16_MODES)
+        if self.backend == "nccl" and not self.use_gpu:
+            raise ConfigError("backend='nccl' needs GPUs; pass use_gpu=True or backend='gloo'.")
+        if self.use_fp16 == "apex" and not apex_available():
+            raise ConfigError(
+                "use_fp16='apex' needs NVIDIA Apex (apex.amp), which is not installed. "
+                "Native torch.amp is the supported path: pass use_fp16=True (fp16 + GradScaler) "
+                "or use_fp16='bf16'.")
+        if self.apex_args is not None and not isinstance(self.apex_args, Mapping):
+            raise ConfigError(f"apex_args must be a dict, got {type(self.apex_args).__name__}.")
+        if not isinstance(self.timeout_s, numbers.Real) or self.timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be a positive number of seconds, got {self.timeout_s!r}.")
+        if not isinstance(self.num_cpus_per_worker, numbers.Real) or self.num_cpus_per_worker <= 0:
+            raise ConfigError(
+                f"num_cpus_per_worker must be positive, got {self.num_cpus_per_worker!r}.")
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one worker sits in the group."""
+
+    world_rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_backend(backend: str, use_gpu: bool) -> str:
+    """Turn ``backend="auto"`` into gloo (CPU) or nccl (GPU)."""
+    _check_choice("backend", backend, BACKENDS)
+    if backend == "auto":
+        return "nccl" if use_gpu else "gloo"
+    return backend
+
+
+def check_num_workers(num_workers: Any) -> int:
+    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral) or num_workers < 1:
+        raise ConfigError(
+            f"num_workers must be an integer >= 1, got {num_workers!r}. "
+            "Use num_workers=1 (optionally with use_local=True) to debug in one process.")
+    return int(num_workers)
+
+
+def check_num_steps(num_steps: Any) -> None:
+    if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(
+            num_steps, numbers.Integral) or num_steps < 1):
+        raise ConfigError(f"num_steps must be a positive integer or None, got {num_steps!r}.")
+
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """How a global ``BATCH_SIZE`` is divided among workers."""
+
+    global_batch: int
+    num_workers: int
+    per_worker: int = field(init=False)
+
+    def __post_init__(self):
+        if not isinstance(self.global_batch, numbers.Integral) or self.global_batch < 1:
+            raise ConfigError(f"config[BATCH_SIZE] must be a positive integer, got {self.global_batch!r}.")
+        per = self.global_batch // self.num_workers
+        if per < 1:
+            raise ConfigError(
+                f"config[BATCH_SIZE]={self.global_batch} is smaller than num_workers={self.num_workers}; "
+                "every worker needs at least one sample per batch.")
+        object.__setattr__(self, "per_worker", per)
+
+    @property
+    def divides(self) -> bool:
+        return self.per_worker * self.num_workers == self.global_batch
+
+    @property
+    def effective_global(self) -> int:
+        return self.per_worker * self.num_workers

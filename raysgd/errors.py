@@ -1,0 +1,70 @@
+"""Exception types raised by raysgd.
+
+Every error says what was wrong and how to fix it. Worker failures carry the
+rank that failed and the worker's traceback so a multi-worker run never reports
+a bare "training failed".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+class RaySGDError(Exception):
+    """Base class of every error raised by raysgd itself."""
+
+
+class ConfigError(RaySGDError, ValueError):
+    """A trainer or operator argument is invalid; raised before work starts."""
+
+
+class CheckpointError(RaySGDError, ValueError):
+    """A checkpoint file is missing, truncated, foreign or unsafe to load."""
+
+
+class TrainerShutdownError(RaySGDError, RuntimeError):
+    """A method was called on a trainer whose workers are gone."""
+
+
+class ResourcesUnavailableError(RaySGDError, RuntimeError):
+    """The cluster cannot place the requested workers."""
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One rank's part in a failed call: the exception and its traceback text."""
+
+    rank: int
+    error: BaseException
+    traceback: str = ""
+    died: bool = False  # the worker process or its node is gone
+
+    def describe(self) -> str:
+        what = "worker died" if self.died else type(self.error).__name__
+        first_line = (str(self.error).strip().splitlines() or [""])[0]
+        return f"rank {self.rank}: {what}: {first_line}"
+
+
+class WorkerFailedError(RaySGDError, RuntimeError):
+    """Worker processes died or their process group broke.
+
+    ``failures`` holds one :class:`RankFailure` per rank that reported a
+    problem, in rank order. This is the *recoverable* kind of failure: user
+    exceptions are re-raised with their own type instead.
+    """
+
+    def __init__(self, message: str, failures: Sequence[RankFailure] = ()):
+        self.failures = tuple(sorted(failures, key=lambda f: f.rank))
+        details = "\n".join("  " + f.describe() for f in self.failures)
+        super().__init__(f"{message}\n{details}" if details else message)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(f.rank for f in self.failures)
+
+    def __reduce__(self):
+        return (self.__class__, (self.args[0].split("\n")[0], self.failures))
+
+
+class RetriesExhaustedError(WorkerFailedError):
+    """Recovery was attempted ``max_retries`` times and the workers still fail."""

@@ -1,0 +1,112 @@
+"""Metric bookkeeping: per-batch averaging on a worker, reduction across workers.
+
+Within a worker every batch is weighted by the ``num_samples`` it reports.
+Across workers ``num_samples`` is summed and every other number is weighted by
+the worker's ``num_samples`` (legacy RaySGD took an unweighted mean, which is
+wrong whenever shards are uneven). NaN propagates; non-numbers come from rank 0.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Dict, List, Mapping, Sequence
+
+NUM_SAMPLES = "num_samples"
+BATCH_COUNT = "batch_count"
+
+
+def to_number(value: Any) -> Any:
+    """Turn 0-d tensors and numpy scalars into Python numbers; leave the rest."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+
+class AverageMeter:
+    """Running sample-weighted average of one value, plus the last value seen."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.val = 0.0
+        self.avg = 0.0
+        self.sum = 0.0
+        self.count = 0
+
+    def update(self, val: float, n: int = 1) -> None:
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count if self.count else float("nan")
+
+
+class AverageMeterCollection:
+    """A meter per metric key, with batch and sample counts.
+
+    ``summary()`` returns ``{key: average, "last_" + key: last value}`` for each
+    key plus ``batch_count`` and ``num_samples``.
+    """
+
+    def __init__(self):
+        self._batch_count = 0
+        self.n = 0
+        self._meters: Dict[str, AverageMeter] = {}
+
+    def update(self, metrics: Mapping[str, Any], n: int = 1) -> None:
+        self._batch_count += 1
+        self.n += n
+        for key, value in metrics.items():
+            value = to_number(value)
+            if is_number(value):
+                self._meters.setdefault(key, AverageMeter()).update(value, n=n)
+
+    def summary(self) -> Dict[str, Any]:
+        stats: Dict[str, Any] = {BATCH_COUNT: self._batch_count, NUM_SAMPLES: self.n}
+        for key, meter in self._meters.items():
+            stats[str(key)] = meter.avg
+            stats["last_" + str(key)] = meter.val
+        return stats
+
+
+def _weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    if total <= 0:  # every worker reported zero samples: plain mean
+        return sum(values) / len(values)
+    # NaN * w is NaN for every w, so a NaN on any worker reaches the result.
+    return sum(value * weight for value, weight in zip(values, weights)) / total
+
+
+def reduce_worker_results(results: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Combine per-worker result dicts (rank order) into one dict."""
+    if not results:
+        return {}
+    weights = [r.get(NUM_SAMPLES, 1) if is_number(r.get(NUM_SAMPLES, 1)) else 1 for r in results]
+    return _reduce(results, weights)
+
+
+def _reduce(results: Sequence[Mapping[str, Any]], weights: List[float]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, first in results[0].items():
+        present = [(r[key], w) for r, w in zip(results, weights) if key in r]
+        values = [v for v, _ in present]
+        if key == NUM_SAMPLES and all(is_number(v) for v in values):
+            out[key] = sum(values)
+        elif all(is_number(v) for v in values) and _all_equal(values):
+            out[key] = first  # e.g. ``epoch``: keep the int, skip float rounding
+        elif all(is_number(v) for v in values):
+            out[key] = _weighted_mean(values, [w for _, w in present])
+        elif all(isinstance(v, Mapping) for v in values):
+            sub = [v for v, _ in present]
+            out[key] = _reduce(sub, [w for _, w in present])
+        else:
+            out[key] = first
+    return out
+
+
+def _all_equal(values: Sequence[float]) -> bool:
+    # NaN != NaN, so NaNs never take this shortcut and still propagate.
+    return all(v == values[0] for v in values)

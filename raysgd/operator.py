@@ -1,0 +1,314 @@
+"""``TrainingOperator``: the class users subclass to describe their training."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional
+
+import torch
+from torch import nn
+
+from raysgd import distributed
+from raysgd.errors import ConfigError
+from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection
+from raysgd.timers import NULL_TIMERS
+
+
+class OperatorContext:
+    """What the runner tells an operator about its process; built once per worker."""
+
+    def __init__(self, rank, device, settings, precision):
+        self.rank = rank
+        self.device = device
+        self.settings = settings
+        self.precision = precision
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _shaped(given: Any, items: list) -> Any:
+    """Return ``items`` in the shape the user gave: single → single, sequence → tuple."""
+    return tuple(items) if isinstance(given, (list, tuple)) else items[0]
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(item, device) for item in batch)
+    if isinstance(batch, dict):
+        return {key: move_to_device(item, device) for key, item in batch.items()}
+    return batch
+
+
+class TrainingOperator:
+    """Subclass this and override ``setup``; never construct it yourself.
+
+    The runner drives one operator per worker process like this::
+
+        operator = YourOperator(config, context)      # calls setup(config)
+        for each trainer.train() call:
+            iterator = batches of the train loader     # continues the current pass
+            metrics = operator.train_epoch(iterator, info)
+                for batch in iterator:
+                    metrics = operator.train_batch(batch, batch_info)
+                        with self.autocast(): output = model(*features); loss = criterion(output, target)
+                        self.backward(loss); self.step(optimizer)
+                    operator.global_step += 1
+                step schedulers if scheduler_step_freq == "epoch"
+        for each trainer.validate() call:
+            metrics = operator.validate(val_iterator, info)
+                for batch in val_iterator: operator.validate_batch(batch, batch_info)
+
+    Override any level. Custom loops call ``self.autocast()``, ``self.backward(loss)``
+    and ``self.step(optimizer)`` so mixed precision keeps working.
+    """
+
+    def __init__(self, config: Dict[str, Any], context: OperatorContext):
+        self._config = config
+        self._context = context
+        self._original_models: list = []
+        self._models: list = []
+        self._optimizers: list = []
+        self._schedulers: list = []
+        self._criterion = None
+        self._train_loader = None
+        self._validation_loader = None
+        self._registered = False
+        self.global_step = 0
+        self.timers = NULL_TIMERS
+        self.setup(config)
+
+    # ----------------------------------------------------------------- hooks
+    def setup(self, config: Dict[str, Any]) -> None:
+        """Create models, optimizers, loss, schedulers and loaders; register them."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must override setup(self, config) and call "
+            "self.register(models=..., optimizers=...) there.")
+
+    def train_epoch(self, iterator: Iterable, info: Optional[dict] = None, **kwargs) -> dict:
+        """Train over ``iterator``; returns averaged metrics of ``train_batch``."""
+        for model in self._models:
+            model.train()
+        meters = AverageMeterCollection()
+        for index, batch in enumerate(iterator):
+            batch_info = {
+                "batch_idx": getattr(iterator, "batch_idx", index),
+                "global_step": self.global_step,
+                "epoch_idx": getattr(iterator, "epoch_idx", 0),
+            }
+            batch_info.update(info or {})
+            metrics = dict(self.train_batch(batch, batch_info) or {})
+            self.global_step += 1
+            meters.update(metrics, n=metrics.pop(NUM_SAMPLES, 1))
+        if self.scheduler_step_freq == "epoch":
+            for scheduler in self._schedulers:
+                scheduler.step()
+        return meters.summary()
+
+    def train_batch(self, batch: Any, batch_info: dict) -> dict:
+        """One optimisation step on ``batch`` (``*features, target = batch``)."""
+        model, optimizer, criterion = self._single("train_batch")
+        *features, target = move_to_device(batch, self.device)
+        with self.timers.record("fwd"):
+            with self.autocast():
+                output = model(*features)
+                loss = criterion(output, target)
+        with self.timers.record("grad"):
+            optimizer.zero_grad(set_to_none=True)
+            self.backward(loss)
+        with self.timers.record("apply"):
+            self.step(optimizer)
+        if self.scheduler_step_freq == "batch":
+            for scheduler in self._schedulers:
+                scheduler.step()
+        return {"train_loss": loss.item(), NUM_SAMPLES: target.size(0)}
+
+    def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
+        """Evaluate over ``val_iterator``; returns averaged metrics of ``validate_batch``."""
+        for model in self._models:
+            model.eval()
+        meters = AverageMeterCollection()
+        with torch.no_grad():
+            for batch_idx, batch in enumerate(val_iterator):
+                batch_info = {"batch_idx": batch_idx, **(info or {})}
+                metrics = dict(self.validate_batch(batch, batch_info) or {})
+                meters.update(metrics, n=metrics.pop(NUM_SAMPLES, 1))
+        return meters.summary()
+
+    def validate_batch(self, batch: Any, batch_info: dict) -> dict:
+        """Loss and accuracy on one batch: argmax for class scores, 0.5 threshold for one output."""
+        model, _, criterion = self._single("validate_batch")
+        *features, target = move_to_device(batch, self.device)
+        with self.timers.record("eval_fwd"):
+            with self.autocast():
+                output = model(*features)
+                loss = criterion(output, target)
+        if output.dim() == 2 and output.size(1) > 1:
+            predicted = output.argmax(dim=1)
+        else:
+            predicted = (output > 0.5).to(target.dtype).view_as(target)
+        num_samples = target.size(0)
+        correct = (predicted == target).sum().item()
+        return {"val_loss": loss.item(), "val_accuracy": correct / max(num_samples, 1),
+                NUM_SAMPLES: num_samples}
+
+    def state_dict(self) -> Any:
+        """Extra state to checkpoint besides models, optimizers and schedulers."""
+        return None
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    # ------------------------------------------------------------ registration
+    def register(self, *, models, optimizers, criterion=None, schedulers=None,
+                 ddp_args=None, apex_args=None):
+        """Hand the training components to raysgd; returns them ready to use.
+
+        Returns ``(models, optimizers[, criterion][, schedulers])`` with each item
+        in the shape given (one object → one object, a tuple → a tuple). Models
+        come back on the worker's device and, when distributed with
+        ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``.
+        """
+        if self._registered:
+            raise ConfigError("register() was called twice; call it once in setup().")
+        model_list, optimizer_list = _as_list(models), _as_list(optimizers)
+        scheduler_list = _as_list(schedulers)
+        self._check_registration(model_list, optimizer_list, scheduler_list, ddp_args)
+        model_list = [model.to(self.device) for model in model_list]
+        if isinstance(criterion, nn.Module):
+            criterion = criterion.to(self.device)
+        precision = self._context.precision
+        if apex_args is not None and hasattr(precision, "_apex_args"):
+            precision._apex_args = dict(apex_args)
+        model_list, optimizer_list = precision.setup(model_list, optimizer_list)
+        self._original_models = model_list
+        self._models = [self._wrap(model, ddp_args or {}) for model in model_list]
+        self._optimizers, self._schedulers, self._criterion = optimizer_list, scheduler_list, criterion
+        self._registered = True
+        return self._publish(models, optimizers, criterion, schedulers)
+
+    def register_data(self, *, train_loader=None, validation_loader=None) -> None:
+        """Hand over the loaders; a DistributedSampler is added when distributed."""
+        shard = self._context.rank.distributed and self._context.settings.add_dist_sampler
+        if shard:
+            rank = self._context.rank
+            train_loader = distributed.with_distributed_sampler(train_loader, rank)
+            validation_loader = distributed.with_distributed_sampler(validation_loader, rank)
+        self._train_loader, self._validation_loader = train_loader, validation_loader
+
+    def _check_registration(self, models, optimizers, schedulers, ddp_args) -> None:
+        if not models:
+            raise ConfigError("register() needs at least one model: register(models=model, ...).")
+        bad = [type(m).__name__ for m in models if not isinstance(m, nn.Module)]
+        if bad:
+            raise ConfigError(f"register(models=...) takes torch.nn.Module objects; got {bad}. "
+                              "Pass the model instance, not a creator function or class.")
+        if not optimizers:
+            raise ConfigError("register() needs at least one optimizer: register(optimizers=opt, ...).")
+        if ddp_args is not None and not isinstance(ddp_args, dict):
+            raise ConfigError(f"ddp_args must be a dict of DistributedDataParallel keyword "
+                              f"arguments, got {type(ddp_args).__name__}.")
+        if schedulers and self.scheduler_step_freq is None:
+            raise ConfigError("A scheduler was registered but scheduler_step_freq is None; pass "
+                              "TorchTrainer(scheduler_step_freq='epoch' | 'batch' | 'manual').")
+
+    def _wrap(self, model: nn.Module, ddp_args: dict) -> nn.Module:
+        if self._context.rank.distributed and self._context.settings.wrap_ddp:
+            return distributed.wrap_ddp(model, self.device, ddp_args)
+        return model
+
+    def _publish(self, models, optimizers, criterion, schedulers):
+        self.models, self.optimizers, self.schedulers = self._models, self._optimizers, self._schedulers
+        self.model = self._models[0] if len(self._models) == 1 else None
+        self.optimizer = self._optimizers[0] if len(self._optimizers) == 1 else None
+        self.scheduler = self._schedulers[0] if len(self._schedulers) == 1 else None
+        self.criterion = self._criterion
+        out = [_shaped(models, self._models), _shaped(optimizers, self._optimizers)]
+        if criterion is not None:
+            out.append(self._criterion)
+        if schedulers is not None:
+            out.append(_shaped(schedulers, self._schedulers))
+        return tuple(out)
+
+    def _single(self, hook: str):
+        if len(self._models) != 1 or len(self._optimizers) != 1 or self._criterion is None:
+            raise ConfigError(
+                f"The default {hook} needs exactly one model, one optimizer and a criterion "
+                f"(registered: {len(self._models)} models, {len(self._optimizers)} optimizers, "
+                f"criterion={'yes' if self._criterion is not None else 'no'}). "
+                f"Override {hook} in {type(self).__name__} for multi-model training.")
+        return self._models[0], self._optimizers[0], self._criterion
+
+    # ----------------------------------------------------------------- helpers
+    def autocast(self):
+        """Context manager for forward passes in the configured precision."""
+        return self._context.precision.autocast()
+
+    def backward(self, *losses: torch.Tensor) -> None:
+        """``loss.backward()`` with loss scaling when the precision needs it."""
+        self._context.precision.backward(*losses)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer.step()``, scaler-aware; False when an fp16 overflow skipped it."""
+        return self._context.precision.step(optimizer)
+
+    # -------------------------------------------------------------- properties
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self._config
+
+    @property
+    def device(self) -> torch.device:
+        return self._context.device
+
+    @property
+    def device_ids(self) -> Optional[list]:
+        return distributed.device_ids(self._context.device)
+
+    @property
+    def world_rank(self) -> int:
+        return self._context.rank.world_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self._context.rank.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self._context.rank.world_size
+
+    @property
+    def use_gpu(self) -> bool:
+        return self._context.device.type == "cuda"
+
+    @property
+    def use_fp16(self):
+        return self._context.settings.use_fp16
+
+    @property
+    def use_tqdm(self) -> bool:
+        return self._context.settings.use_tqdm
+
+    @property
+    def scheduler_step_freq(self) -> Optional[str]:
+        return self._context.settings.scheduler_step_freq
+
+    @property
+    def train_loader(self):
+        return self._train_loader
+
+    @property
+    def validation_loader(self):
+        return self._validation_loader
+
+    @classmethod
+    def from_creators(cls, model_creator, optimizer_creator, data_creator=None,
+                      loss_creator=None, scheduler_creator=None, serialize_data_creation=True):
+        """Build an operator class from legacy creator functions (see ``CreatorOperator``)."""
+        from raysgd.creator_operator import make_creator_operator
+
+        return make_creator_operator(model_creator, optimizer_creator, data_creator,
+                                     loss_creator, scheduler_creator, serialize_data_creation)

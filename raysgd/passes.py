@@ -1,0 +1,134 @@
+"""Position in the train loader across ``train()`` calls.
+
+``epoch`` counts passes over the loader. ``take(None)`` finishes the current
+pass (or runs a whole new one when the current pass is used up);
+``take(k)`` yields exactly ``k`` batches, wrapping into new passes. Each new
+pass reshuffles a distributed sampler with ``set_epoch``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Optional
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from raysgd import distributed
+from raysgd.config import check_num_steps
+from raysgd.errors import ConfigError
+
+
+def _known_length(loader: Any) -> Optional[int]:
+    if isinstance(loader, DataLoader) and isinstance(loader.dataset, IterableDataset):
+        return None  # its len() is an estimate
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+class Passes:
+    """Remembers the pass index and the batch position inside it."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+        self.epoch_idx = -1  # pass of the last batch handed out; -1 before any
+        self.batch_idx = 0   # batches handed out in that pass
+        self._iterator: Optional[Iterator] = None
+        self._length = _known_length(loader) if loader is not None else None
+
+    @property
+    def epoch(self) -> int:
+        """1-based number of the pass the last batch belonged to."""
+        return self.epoch_idx + 1
+
+    def take(self, num_steps: Optional[int]) -> "PassIterator":
+        check_num_steps(num_steps)
+        return PassIterator(self, num_steps)
+
+    def _start_pass(self) -> None:
+        self.epoch_idx += 1
+        self.batch_idx = 0
+        distributed.set_sampler_epoch(self.loader, self.epoch_idx)
+        self._iterator = iter(self.loader)
+
+    def _exhausted(self) -> bool:
+        return self._iterator is None or (self._length is not None and self.batch_idx >= self._length)
+
+    def next_batch(self, may_wrap: bool) -> Any:
+        """Next batch; starts a new pass when the current one is over and ``may_wrap``."""
+        if self._exhausted():
+            if not may_wrap:
+                raise StopIteration
+            self._start_pass()
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            if not may_wrap:
+                raise
+            self._start_pass()
+            batch = self._next_of_fresh_pass()
+        self.batch_idx += 1
+        return batch
+
+    def _next_of_fresh_pass(self) -> Any:
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise ConfigError("The train loader yielded no batches; check its dataset and "
+                              "batch_size (drop_last=True with a small shard gives none).") from None
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> Dict[str, Any]:
+        return {"epoch": self.epoch, "batch_idx": self.batch_idx,
+                "pass_done": self._exhausted()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resume at the saved position; mid-pass, replay the pass up to it."""
+        self.epoch_idx = int(state.get("epoch", 0)) - 1
+        batch_idx = int(state.get("batch_idx", 0))
+        self.batch_idx, self._iterator = 0, None
+        if self.loader is None or state.get("pass_done", True) or batch_idx == 0:
+            self.batch_idx = batch_idx
+            return
+        distributed.set_sampler_epoch(self.loader, self.epoch_idx)
+        self._iterator = iter(self.loader)
+        for _ in range(batch_idx):
+            next(self._iterator)
+        self.batch_idx = batch_idx
+
+
+class PassIterator:
+    """The iterator ``train_epoch`` receives; exposes ``epoch_idx`` and ``batch_idx``."""
+
+    def __init__(self, passes: Passes, num_steps: Optional[int]):
+        self._passes = passes
+        self._remaining = num_steps
+        self._first = True
+        self.batch_idx = passes.batch_idx
+        self.epoch_idx = max(passes.epoch_idx, 0)
+
+    def __iter__(self):
+        return self
+
+    def __len__(self) -> int:
+        if self._remaining is not None:
+            return self._remaining
+        if self._passes._length is None:
+            raise TypeError("this train loader has no length")
+        done = self._passes.batch_idx if not self._passes._exhausted() else 0
+        return self._passes._length - done
+
+    def __next__(self):
+        if self._remaining is not None and self._remaining <= 0:
+            raise StopIteration
+        # Without num_steps a call finishes one pass: it may start a pass only
+        # before its first batch. With num_steps it wraps as often as needed.
+        may_wrap = self._first or self._remaining is not None
+        batch = self._passes.next_batch(may_wrap)
+        self._first = False
+        if self._remaining is not None:
+            self._remaining -= 1
+        self.batch_idx = self._passes.batch_idx - 1
+        self.epoch_idx = self._passes.epoch_idx
+        return batch

@@ -1,0 +1,146 @@
+"""One precision object per worker, chosen once from ``use_fp16`` and the device.
+
+Everything else calls the object (``autocast()``, ``backward(loss)``,
+``step(optimizer)``) instead of testing a flag, so custom loops that use the
+operator helpers get mixed precision for free.
+
+==============  =======  ==========================================
+``use_fp16``    device   engine
+==============  =======  ==========================================
+False           any      fp32, no-op
+True            CUDA     fp16 autocast + ``torch.amp.GradScaler``
+True            CPU      bf16 autocast (warned once: CPU has no fp16 autocast worth using)
+"bf16"          any      bf16 autocast, no scaler
+"apex"          CUDA     NVIDIA Apex amp (only when ``apex.amp`` imports)
+==============  =======  ==========================================
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+import torch
+
+from raysgd.errors import ConfigError
+
+
+class Precision:
+    """fp32: every hook is the plain PyTorch call."""
+
+    name = "fp32"
+
+    def setup(self, models: list, optimizers: list):
+        return models, optimizers
+
+    def autocast(self):
+        return contextlib.nullcontext()
+
+    def backward(self, *losses: torch.Tensor) -> None:
+        torch.autograd.backward(list(losses))
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Step ``optimizer``; returns False when the step was skipped (overflow)."""
+        optimizer.step()
+        return True
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class AutocastPrecision(Precision):
+    """Autocast to ``dtype`` without loss scaling (bf16 keeps fp32's exponent range)."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype):
+        self.device_type = device_type
+        self.dtype = dtype
+        self.name = str(dtype).replace("torch.", "")
+
+    def autocast(self):
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
+
+class ScaledFp16Precision(AutocastPrecision):
+    """CUDA fp16 autocast with dynamic loss scaling."""
+
+    def __init__(self, device_type: str = "cuda"):
+        super().__init__(device_type, torch.float16)
+        self.scaler = torch.amp.GradScaler(device_type)
+
+    def backward(self, *losses: torch.Tensor) -> None:
+        torch.autograd.backward([self.scaler.scale(loss) for loss in losses])
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        # The scaler lowers its scale exactly when it skipped the step.
+        return self.scaler.get_scale() >= scale_before
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class ApexPrecision(Precision):
+    """NVIDIA Apex amp, kept for legacy scripts; native amp is the supported path."""
+
+    name = "apex"
+
+    def __init__(self, apex_args: Optional[Mapping[str, Any]]):
+        from apex import amp  # checked importable on the driver
+
+        self._amp = amp
+        self._apex_args = dict(apex_args or {})
+        self._optimizers: Sequence[torch.optim.Optimizer] = ()
+
+    def setup(self, models: list, optimizers: list):
+        models, optimizers = self._amp.initialize(models, optimizers, **self._apex_args)
+        self._optimizers = optimizers
+        return list(models), list(optimizers)
+
+    def backward(self, *losses: torch.Tensor) -> None:
+        for loss in losses:
+            with self._amp.scale_loss(loss, self._optimizers) as scaled:
+                scaled.backward()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"amp": self._amp.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("amp"):
+            self._amp.load_state_dict(state["amp"])
+
+
+_warned_cpu_fp16 = False
+
+
+def create_precision(use_fp16: Any, device: torch.device,
+                     apex_args: Optional[Mapping[str, Any]] = None) -> Precision:
+    """Resolve ``use_fp16`` for ``device`` into one precision object."""
+    global _warned_cpu_fp16
+    device_type = torch.device(device).type
+    if use_fp16 is False:
+        return Precision()
+    if use_fp16 == "bf16":
+        return AutocastPrecision(device_type, torch.bfloat16)
+    if use_fp16 is True:
+        if device_type == "cuda":
+            return ScaledFp16Precision(device_type)
+        if not _warned_cpu_fp16:
+            _warned_cpu_fp16 = True
+            warnings.warn("use_fp16=True on CPU: using bf16 autocast instead of fp16 "
+                          "(CPU fp16 autocast is slow and needs no GradScaler). "
+                          "Pass use_fp16='bf16' to silence this warning.", stacklevel=2)
+        return AutocastPrecision(device_type, torch.bfloat16)
+    if use_fp16 == "apex":
+        if device_type != "cuda":
+            raise ConfigError("use_fp16='apex' needs CUDA; use use_fp16='bf16' on CPU.")
+        return ApexPrecision(apex_args)
+    raise ConfigError(f"use_fp16={use_fp16!r} is not valid; use False, True, 'bf16' or 'apex'.")

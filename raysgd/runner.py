@@ -1,0 +1,186 @@
+"""``WorkerRunner``: one operator in one process. No Ray here.
+
+The same class runs inside a Ray actor and, with ``use_local=True``, in the
+driver. It owns the process group, the device, the precision object, the
+position in the train loader and the worker's full state.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from raysgd import distributed
+from raysgd.config import RankInfo, WorkerSettings
+from raysgd.errors import CheckpointError, ConfigError
+from raysgd.operator import OperatorContext, TrainingOperator
+from raysgd.passes import Passes
+from raysgd.precision import create_precision
+from raysgd.timers import NULL_TIMERS, TimerCollection
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply ``fn`` to every tensor inside nested dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return type(obj)((key, map_tensors(value, fn)) for key, value in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(value, fn) for value in obj)
+    return obj
+
+
+def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
+    """Accept state dicts saved from a DDP-wrapped model ("module." keys)."""
+    if state and all(k.startswith("module.") for k in state) and not any(
+            k.startswith("module.") for k in model.state_dict()):
+        return type(state)((k[len("module."):], v) for k, v in state.items())
+    return state
+
+
+class WorkerRunner:
+    """Builds one operator and runs its train/validate hooks on request."""
+
+    def __init__(self, operator_cls: type, config: Dict[str, Any], settings: WorkerSettings,
+                 rank: RankInfo, num_threads: Optional[int] = None):
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.operator_cls = operator_cls
+        self.config = config
+        self.settings = settings
+        self.rank = rank
+        self.device = distributed.choose_device(settings.use_gpu)
+        self.operator: Optional[TrainingOperator] = None
+        self._store = None
+        self._passes: Optional[Passes] = None
+
+    # ---------------------------------------------------------------- set-up
+    def create_store(self, host: str) -> int:
+        """Rank 0 only: open the rendezvous store and return its port."""
+        self._store = distributed.create_store(host, self.rank.world_size, self.settings.timeout_s)
+        return self._store.port
+
+    def setup_process_group(self, host: str, port: int) -> None:
+        if self.rank.distributed:
+            distributed.init_process_group(self.settings.backend, self.rank, host, port,
+                                           self.settings.timeout_s, store=self._store)
+
+    def setup_operator(self) -> Dict[str, Any]:
+        """Construct the operator (runs its ``setup``) and report what it registered."""
+        precision = create_precision(self.settings.use_fp16, self.device, self.settings.apex_args)
+        context = OperatorContext(self.rank, self.device, self.settings, precision)
+        self.operator = self.operator_cls(self.config, context)
+        if not self.operator._registered:
+            raise ConfigError(
+                f"{self.operator_cls.__name__}.setup() did not call self.register(models=..., "
+                "optimizers=...); register at least one model and one optimizer there.")
+        self._passes = Passes(self.operator.train_loader)
+        return {"has_train_loader": self.operator.train_loader is not None,
+                "has_validation_loader": self.operator.validation_loader is not None,
+                "num_models": len(self.operator._models)}
+
+    # -------------------------------------------------------------- training
+    def train_epoch(self, num_steps: Optional[int] = None, profile: bool = False,
+                    info: Optional[dict] = None) -> Dict[str, Any]:
+        operator = self.operator
+        if operator.train_loader is None:
+            raise ConfigError("train() needs a train loader: call "
+                              "self.register_data(train_loader=...) in setup().")
+        operator.timers = TimerCollection() if profile else NULL_TIMERS
+        start = time.perf_counter()
+        iterator = self._passes.take(num_steps)
+        metrics = operator.train_epoch(iterator, info or {})
+        result = {"epoch": self._passes.epoch, **(metrics or {})}
+        if profile:
+            result["profile"] = {**operator.timers.stats(),
+                                 "train_epoch_s": time.perf_counter() - start}
+        operator.timers = NULL_TIMERS
+        return result
+
+    def validate(self, num_steps: Optional[int] = None, profile: bool = False,
+                 info: Optional[dict] = None) -> Dict[str, Any]:
+        operator = self.operator
+        if operator.validation_loader is None:
+            raise ConfigError("validate() needs a validation loader: call "
+                              "self.register_data(validation_loader=...) in setup().")
+        operator.timers = TimerCollection() if profile else NULL_TIMERS
+        start = time.perf_counter()
+        iterator = operator.validation_loader
+        if num_steps is not None:
+            iterator = itertools.islice(iterator, num_steps)
+        result = dict(operator.validate(iterator, info or {}) or {})
+        if profile:
+            result["profile"] = {**operator.timers.stats(),
+                                 "validation_s": time.perf_counter() - start}
+        operator.timers = NULL_TIMERS
+        return result
+
+    def update_scheduler(self, metric: Any) -> None:
+        for scheduler in self.operator._schedulers:
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(metric)
+            else:
+                scheduler.step()
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything needed to resume, as CPU tensors and plain containers."""
+        op = self.operator
+        state = {
+            "models": [model.state_dict() for model in op._original_models],
+            "optimizers": [opt.state_dict() for opt in op._optimizers],
+            "schedulers": [sched.state_dict() for sched in op._schedulers],
+            "global_step": op.global_step,
+            "precision": op._context.precision.state_dict(),
+            **self._passes.state_dict(),
+        }
+        extra = op.state_dict()
+        if extra is not None:
+            state["operator"] = extra
+        return map_tensors(state, lambda t: t.detach().cpu())
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        op = self.operator
+        self._check_counts(state)
+        for model, model_state in zip(op._original_models, state["models"]):
+            model.load_state_dict(_strip_ddp_prefix(model_state, model))
+        for optimizer, opt_state in zip(op._optimizers, state["optimizers"]):
+            optimizer.load_state_dict(opt_state)
+        for scheduler, sched_state in zip(op._schedulers, state.get("schedulers", [])):
+            scheduler.load_state_dict(sched_state)
+        op.global_step = state.get("global_step", 0)
+        op._context.precision.load_state_dict(state.get("precision") or {})
+        self._passes.load_state_dict(state)
+        if "operator" in state:
+            op.load_state_dict(state["operator"])
+
+    def _check_counts(self, state: Dict[str, Any]) -> None:
+        op = self.operator
+        for key, have in (("models", op._original_models), ("optimizers", op._optimizers)):
+            if len(state.get(key, [])) != len(have):
+                raise CheckpointError(
+                    f"The checkpoint has {len(state.get(key, []))} {key} but "
+                    f"{type(op).__name__} registered {len(have)}; load it into an operator "
+                    "that registers the same components.")
+
+    def get_models(self, to_cpu: bool = False) -> list:
+        models = self.operator._original_models
+        if to_cpu:
+            return [copy.deepcopy(m).cpu() if self.device.type != "cpu" else m for m in models]
+        return list(models)
+
+    # ----------------------------------------------------------------- misc
+    def apply(self, fn: Callable[[], Any]) -> Any:
+        return fn()
+
+    def apply_operator(self, fn: Callable[[TrainingOperator], Any]) -> Any:
+        return fn(self.operator)
+
+    def shutdown(self) -> None:
+        self.operator = None
+        self._passes = None
+        distributed.destroy_process_group()
+        self._store = None

@@ -1,0 +1,1 @@
+"""Legacy ``ray.util.sgd.torch.examples`` helpers."""

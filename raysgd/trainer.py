@@ -1,0 +1,250 @@
+"""``TorchTrainer``: the driver-side facade users call.
+
+It validates every input before a worker starts, starts the worker group,
+reduces the workers' metrics and moves state between workers and files.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from raysgd import checkpoint
+from raysgd.config import (BatchSplit, WorkerSettings, check_num_steps, check_num_workers,
+                           resolve_backend)
+from raysgd.errors import ConfigError, TrainerShutdownError, WorkerFailedError
+from raysgd.metrics import reduce_worker_results
+from raysgd.operator import TrainingOperator
+from raysgd.utils import BATCH_SIZE
+from raysgd.worker_group import WorkerGroup, cluster_gpus
+
+logger = logging.getLogger("raysgd")
+
+_CREATOR_KEYS = ("model_creator", "data_creator", "optimizer_creator", "loss_creator",
+                 "scheduler_creator")
+
+
+def _resolve_operator(training_operator_cls, creators: Dict[str, Any],
+                      serialize_data_creation: bool) -> type:
+    given = {k: v for k, v in creators.items() if v is not None}
+    if given and training_operator_cls is not None:
+        raise ConfigError(f"Pass either training_operator_cls or creator functions "
+                          f"({sorted(given)}), not both.")
+    if given:
+        warnings.warn("TorchTrainer(model_creator=..., ...) is deprecated; subclass "
+                      "TrainingOperator, or pass training_operator_cls="
+                      "TrainingOperator.from_creators(...).", DeprecationWarning, stacklevel=3)
+        missing = [k for k in ("model_creator", "optimizer_creator") if k not in given]
+        if missing:
+            raise ConfigError(f"The creator style needs {missing}; pass them or a training_operator_cls.")
+        return TrainingOperator.from_creators(
+            creators["model_creator"], creators["optimizer_creator"],
+            data_creator=creators["data_creator"], loss_creator=creators["loss_creator"],
+            scheduler_creator=creators["scheduler_creator"],
+            serialize_data_creation=serialize_data_creation)
+    return check_operator_cls(training_operator_cls)
+
+
+def check_operator_cls(cls: Any) -> type:
+    if isinstance(cls, TrainingOperator):
+        raise ConfigError(f"training_operator_cls got an instance of {type(cls).__name__}; "
+                          f"pass the class itself: training_operator_cls={type(cls).__name__}.")
+    if not (isinstance(cls, type) and issubclass(cls, TrainingOperator)):
+        raise ConfigError(f"training_operator_cls must be a subclass of raysgd.torch.TrainingOperator, "
+                          f"got {cls!r}. Define `class MyOperator(TrainingOperator): def setup(self, "
+                          "config): ...` and pass MyOperator.")
+    if cls.setup is TrainingOperator.setup:
+        raise ConfigError(f"{cls.__name__} does not override setup(self, config); register the "
+                          "models, optimizers and loaders there.")
+    return cls
+
+
+class TorchTrainer:
+    """Train a :class:`TrainingOperator` on ``num_workers`` processes with DDP.
+
+    ``train()`` and ``validate()`` run one pass on every worker and return
+    metrics averaged over batches and workers (weighted by samples).
+    """
+
+    def __init__(self, training_operator_cls: Optional[type] = None, *,
+                 initialization_hook: Optional[Callable[[], Any]] = None,
+                 config: Optional[Dict[str, Any]] = None, num_workers: int = 1,
+                 num_cpus_per_worker: float = 1, use_gpu: Union[bool, str] = "auto",
+                 backend: str = "auto", wrap_ddp: bool = True, timeout_s: float = 1800,
+                 use_fp16: Union[bool, str] = False, use_tqdm: bool = False,
+                 apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
+                 scheduler_step_freq: Optional[str] = None, use_local: bool = False,
+                 placement_timeout_s: float = 60.0,
+                 model_creator=None, data_creator=None, optimizer_creator=None,
+                 loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
+                 _worker_group_cls: type = WorkerGroup):
+        creators = dict(model_creator=model_creator, data_creator=data_creator,
+                        optimizer_creator=optimizer_creator, loss_creator=loss_creator,
+                        scheduler_creator=scheduler_creator)
+        self.operator_cls = _resolve_operator(training_operator_cls, creators, serialize_data_creation)
+        self.num_workers = check_num_workers(num_workers)
+        if initialization_hook is not None and not callable(initialization_hook):
+            raise ConfigError(f"initialization_hook must be a function of no arguments, got {initialization_hook!r}.")
+        if config is not None and not isinstance(config, dict):
+            raise ConfigError(f"config must be a dict, got {type(config).__name__}.")
+        self.config = dict(config or {})
+        self.use_local = bool(use_local)
+        use_gpu = self._resolve_gpu(use_gpu)
+        self.settings = WorkerSettings(
+            use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
+            add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
+            scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
+            num_cpus_per_worker=num_cpus_per_worker)
+        self._split_batch_size()
+        self._group = _worker_group_cls(
+            self.operator_cls, self._config_for_rank, self.settings, self.num_workers,
+            use_local=self.use_local, initialization_hook=initialization_hook,
+            placement_timeout_s=placement_timeout_s)
+        self._closed_reason: Optional[str] = None
+        self._capabilities = self._group.start()
+
+    # ------------------------------------------------------------- set-up
+    def _resolve_gpu(self, use_gpu: Union[bool, str]) -> bool:
+        if use_gpu not in ("auto", True, False):
+            raise ConfigError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}.")
+        needs_cluster = self.num_workers > (1 if self.use_local else 0)
+        if use_gpu == "auto" or use_gpu is True:
+            gpus = cluster_gpus() if needs_cluster else _local_gpus()
+            if use_gpu is True and gpus < self.num_workers - (1 if self.use_local else 0):
+                raise ConfigError(f"use_gpu=True needs one GPU per worker ({self.num_workers}), but "
+                                  f"the cluster has {gpus:g}. Pass use_gpu=False to train on CPUs.")
+            return gpus > 0 if use_gpu == "auto" else True
+        return False
+
+    def _split_batch_size(self) -> None:
+        if BATCH_SIZE not in self.config:
+            return
+        split = BatchSplit(self.config[BATCH_SIZE], self.num_workers)
+        if not split.divides:
+            warnings.warn(f"config[BATCH_SIZE]={split.global_batch} is not divisible by "
+                          f"num_workers={self.num_workers}; using {split.per_worker} per worker, "
+                          f"a global batch of {split.effective_global}.", stacklevel=3)
+            self.config[BATCH_SIZE] = split.effective_global
+        self._per_worker_batch = split.per_worker
+
+    def _config_for_rank(self, rank: int) -> Dict[str, Any]:
+        config = dict(self.config)
+        if BATCH_SIZE in config:
+            config[BATCH_SIZE] = self._per_worker_batch
+        return config
+
+    # ----------------------------------------------------------- training
+    def train(self, num_steps: Optional[int] = None, profile: bool = False,
+              reduce_results: bool = True, max_retries: int = 3,
+              info: Optional[Dict[str, Any]] = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+        """Run one pass (or ``num_steps`` batches) of training on every worker."""
+        self._require("has_train_loader", "train()", "train_loader")
+        check_num_steps(num_steps)
+        results = self._call("train_epoch", num_steps, profile, info)
+        return reduce_worker_results(results) if reduce_results else results
+
+    def validate(self, num_steps: Optional[int] = None, profile: bool = False,
+                 reduce_results: bool = True,
+                 info: Optional[Dict[str, Any]] = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+        """Evaluate on the validation loader of every worker."""
+        self._require("has_validation_loader", "validate()", "validation_loader")
+        check_num_steps(num_steps)
+        results = self._call("validate", num_steps, profile, info)
+        return reduce_worker_results(results) if reduce_results else results
+
+    def update_scheduler(self, metric: Any) -> None:
+        """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""
+        self._call("update_scheduler", metric)
+
+    def apply_all_workers(self, fn: Callable[[], Any]) -> List[Any]:
+        """Run ``fn()`` in every worker process; results in rank order."""
+        return self._call("apply", fn, abort_on_failure=False)
+
+    def apply_all_operators(self, fn: Callable[[TrainingOperator], Any]) -> List[Any]:
+        """Run ``fn(operator)`` on every worker's operator; results in rank order."""
+        return self._call("apply_operator", fn, abort_on_failure=False)
+
+    # ------------------------------------------------------------- models
+    def get_model(self, to_cpu: bool = False):
+        """Rank 0's model(s), unwrapped from DDP; a list when several were registered."""
+        models = self._group_or_raise().execute_single(0, "get_models", to_cpu)
+        return models[0] if len(models) == 1 else models
+
+    def get_local_operator(self) -> TrainingOperator:
+        """The operator of rank 0 in this process (needs ``use_local=True``)."""
+        if not self.use_local:
+            raise ConfigError("get_local_operator() needs TorchTrainer(use_local=True); otherwise "
+                              "use apply_all_operators(fn) to reach the remote operators.")
+        return self._group_or_raise().local_runner.operator
+
+    # -------------------------------------------------------------- state
+    def state_dict(self) -> Dict[str, Any]:
+        """Models (unwrapped), optimizers, schedulers, epoch and operator state, on CPU."""
+        return self._group_or_raise().execute_single(0, "state_dict")
+
+    def load_state_dict(self, state: Dict[str, Any], blocking: bool = False) -> None:
+        """Load ``state`` into every worker. Always waits, so errors are never lost;
+        ``blocking`` is accepted for compatibility."""
+        group = self._group_or_raise()
+        self._call("load_state_dict", group.put(state))
+
+    def save(self, checkpoint_path: str) -> str:
+        """Write the state to ``checkpoint_path`` atomically; returns the path."""
+        return checkpoint.save(checkpoint_path, self.state_dict())
+
+    def load(self, checkpoint_path: str) -> None:
+        """Load a file written by :meth:`save` (tensors and plain containers only)."""
+        self.load_state_dict(checkpoint.load(checkpoint_path))
+
+    def shutdown(self, force: bool = False) -> None:
+        """Stop the workers; every later call raises :class:`TrainerShutdownError`."""
+        if self._group is not None:
+            group, self._group = self._group, None
+            group.shutdown(force=force)
+        self._closed_reason = self._closed_reason or "shutdown() was called"
+
+    def __enter__(self) -> "TorchTrainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @classmethod
+    def as_trainable(cls, *args, **kwargs):
+        """A Ray Tune ``Trainable`` running this trainer (see :mod:`raysgd.tune`)."""
+        from raysgd.tune import as_trainable
+
+        return as_trainable(cls, *args, **kwargs)
+
+    # ------------------------------------------------------------ helpers
+    def _group_or_raise(self) -> WorkerGroup:
+        if self._group is None:
+            raise TrainerShutdownError(
+                f"This TorchTrainer has no workers ({self._closed_reason}); create a new "
+                "TorchTrainer, and load a checkpoint if you saved one.")
+        return self._group
+
+    def _require(self, capability: str, call: str, loader: str) -> None:
+        self._group_or_raise()
+        missing = [rank for rank, caps in enumerate(self._capabilities) if not caps[capability]]
+        if missing:
+            raise ConfigError(f"{call} needs a {loader}, but {self.operator_cls.__name__}.setup() "
+                              f"registered none on rank(s) {missing}; call "
+                              f"self.register_data({loader}=...) in setup().")
+
+    def _call(self, method: str, *args, abort_on_failure: bool = True) -> List[Any]:
+        group = self._group_or_raise()
+        try:
+            return group.execute(method, *args, abort_on_failure=abort_on_failure)
+        except BaseException as exc:
+            if abort_on_failure:  # a collective may be half done: the group is unusable
+                group.shutdown(force=True)
+                self._group = None
+                self._closed_reason = f"the workers were stopped after {type(exc).__name__} in {method}"
+            raise
+
+
+def _local_gpus() -> float:
+    import torch
+
+    return float(torch.cuda.device_count())

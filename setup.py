@@ -1,0 +1,23 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="raysgd",
+    version="0.1.0",
+    description="The RaySGD operator API (TorchTrainer + TrainingOperator) on Ray 2.x and PyTorch 2.x",
+    packages=find_packages(include=["raysgd", "raysgd.*", "operators", "operators.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        # A range 2.13 satisfies; install torch first (see Makefile) to keep it CPU-sized.
+        "torch>=2.1,<3",
+        "ray>=2.9",
+        "filelock",
+        "tabulate",
+        "tqdm",
+        "numpy",
+    ],
+    extras_require={
+        "tune": ["ray[tune]>=2.9"],
+        "demo": ["scikit-learn"],
+        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[tune]>=2.9"],
+    },
+)
