@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, Optional
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from raysgd import distributed
@@ -33,6 +34,7 @@ class Passes:
         self.epoch_idx = -1  # pass of the last batch handed out; -1 before any
         self.batch_idx = 0   # batches handed out in that pass
         self._iterator: Optional[Iterator] = None
+        self._pass_rng = torch.get_rng_state()
         self._length = _known_length(loader) if loader is not None else None
 
     @property
@@ -47,6 +49,12 @@ class Passes:
     def _start_pass(self) -> None:
         self.epoch_idx += 1
         self.batch_idx = 0
+        self._open_iterator()
+
+    def _open_iterator(self) -> None:
+        # A non-distributed shuffling sampler draws its order from the global
+        # torch RNG here; remember that state so a resume replays the same order.
+        self._pass_rng = torch.get_rng_state()
         distributed.set_sampler_epoch(self.loader, self.epoch_idx)
         self._iterator = iter(self.loader)
 
@@ -81,21 +89,22 @@ class Passes:
     # ----------------------------------------------------------------- state
     def state_dict(self) -> Dict[str, Any]:
         return {"epoch": self.epoch, "batch_idx": self.batch_idx,
-                "pass_done": self._exhausted()}
+                "pass_done": self._exhausted(), "pass_rng": self._pass_rng,
+                "rng": torch.get_rng_state()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume at the saved position; mid-pass, replay the pass up to it."""
         self.epoch_idx = int(state.get("epoch", 0)) - 1
         batch_idx = int(state.get("batch_idx", 0))
-        self.batch_idx, self._iterator = 0, None
-        if self.loader is None or state.get("pass_done", True) or batch_idx == 0:
-            self.batch_idx = batch_idx
-            return
-        distributed.set_sampler_epoch(self.loader, self.epoch_idx)
-        self._iterator = iter(self.loader)
-        for _ in range(batch_idx):
-            next(self._iterator)
-        self.batch_idx = batch_idx
+        self.batch_idx, self._iterator = batch_idx, None
+        if self.loader is not None and not state.get("pass_done", True) and batch_idx > 0:
+            if state.get("pass_rng") is not None:
+                torch.set_rng_state(state["pass_rng"])
+            self._open_iterator()
+            for _ in range(batch_idx):
+                next(self._iterator)
+        if state.get("rng") is not None:
+            torch.set_rng_state(state["rng"])
 
 
 class PassIterator:

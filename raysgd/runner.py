@@ -140,7 +140,8 @@ class WorkerRunner:
         extra = op.state_dict()
         if extra is not None:
             state["operator"] = extra
-        return map_tensors(state, lambda t: t.detach().cpu())
+        # copy=True: a CPU tensor would otherwise alias the live parameters.
+        return map_tensors(state, lambda t: t.detach().to("cpu", copy=True))
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         op = self.operator

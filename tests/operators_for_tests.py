@@ -1,0 +1,186 @@
+"""Operators shared by the tests; importable on Ray workers (see conftest)."""
+import os
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from raysgd.torch import TrainingOperator
+from raysgd.torch.examples.train_example import LinearDataset
+from raysgd.utils import BATCH_SIZE
+
+
+class LinearOperator(TrainingOperator):
+    """The seed's custom operator on the linear data."""
+
+    def setup(self, config):
+        torch.manual_seed(config.get("seed", 0))
+        batch = config.get(BATCH_SIZE, 32)
+        train_loader = DataLoader(LinearDataset(2, 5, size=config.get("data_size", 1000)),
+                                  batch_size=batch, shuffle=config.get("shuffle", False))
+        val_loader = DataLoader(LinearDataset(2, 5, size=config.get("val_size", 400)), batch_size=batch)
+        model = nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.get("lr", 1e-2))
+        criterion = nn.MSELoss()
+        kwargs = {}
+        if config.get("scheduler"):
+            kwargs["schedulers"] = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        registered = self.register(models=model, optimizers=optimizer, criterion=criterion, **kwargs)
+        self.model, self.optimizer, self.criterion = registered[:3]
+        self.register_data(train_loader=train_loader, validation_loader=val_loader)
+        self.extra = {"setup_pid": os.getpid()}
+
+    def state_dict(self):
+        return {"note": self.config.get("note", "none")}
+
+    def load_state_dict(self, state):
+        self.loaded_note = state["note"]
+
+
+class UnevenOperator(TrainingOperator):
+    """Rank r holds (r + 1) * 10 samples of a constant loss r, batch 10, no sampler."""
+
+    def setup(self, config):
+        model = nn.Linear(1, 1)
+        self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=0.0),
+                      criterion=nn.MSELoss())
+        n = (self.world_rank + 1) * 10
+        data = TensorDataset(torch.zeros(n, 1), torch.zeros(n, 1))
+        self.register_data(train_loader=DataLoader(data, batch_size=10),
+                           validation_loader=DataLoader(data, batch_size=10))
+
+    def train_batch(self, batch, batch_info):
+        value = float(self.world_rank)
+        if self.config.get("nan_rank") == self.world_rank:
+            value = float("nan")
+        return {"loss": value, "num_samples": batch[0].shape[0], "tag": f"rank{self.world_rank}"}
+
+
+class NoRegisterOperator(TrainingOperator):
+    def setup(self, config):
+        self.model = nn.Linear(1, 1)
+
+
+class FailingOperator(LinearOperator):
+    """Raises ValueError in train_batch on ``config['fail_rank']``."""
+
+    def train_batch(self, batch, batch_info):
+        if self.world_rank == self.config.get("fail_rank", 0) and batch_info["batch_idx"] >= 1:
+            raise ValueError(f"bad batch on rank {self.world_rank}")
+        return super().train_batch(batch, batch_info)
+
+
+class SetupFailOperator(TrainingOperator):
+    def setup(self, config):
+        if self.world_rank == config.get("fail_rank", 0):
+            raise KeyError("missing-key-in-setup")
+        model = nn.Linear(1, 1)
+        self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+class NoDataOperator(TrainingOperator):
+    def setup(self, config):
+        model = nn.Linear(1, 1)
+        self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+                      criterion=nn.MSELoss())
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1), nn.Sigmoid())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Generator(nn.Module):
+    def __init__(self, latent_dim=2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(latent_dim, 8), nn.ReLU(), nn.Linear(8, 4))
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class GANOperator(TrainingOperator):
+    """The seed's GAN-style operator: two models, two optimizers, custom train_batch."""
+
+    def setup(self, config):
+        torch.manual_seed(0)
+        discriminator, generator = Discriminator(), Generator(config["latent_dim"])
+        opt_d = torch.optim.Adam(discriminator.parameters(), lr=config.get("lr", 0.01), betas=(0.5, 0.999))
+        opt_g = torch.optim.Adam(generator.parameters(), lr=config.get("lr", 0.01), betas=(0.5, 0.999))
+        self.models, self.optimizers, self.criterion = self.register(
+            models=(discriminator, generator), optimizers=(opt_d, opt_g), criterion=nn.BCELoss())
+        real = torch.randn(256, 4) * 0.5 + 2.0
+        self.register_data(train_loader=DataLoader(real, batch_size=config.get(BATCH_SIZE, 32)))
+
+    def train_batch(self, batch, batch_info):
+        discriminator, generator = self.models
+        optimizer_d, optimizer_g = self.optimizers
+        adversarial_loss = self.criterion
+        valid = torch.ones(batch.shape[0], 1)
+        fake = torch.zeros(batch.shape[0], 1)
+        z = torch.tensor(np.random.normal(0, 1, (batch.shape[0], self.config["latent_dim"])),
+                         dtype=torch.float32)
+        optimizer_g.zero_grad()
+        gen = generator(z)
+        g_loss = adversarial_loss(discriminator(gen), valid)
+        self.backward(g_loss)
+        self.step(optimizer_g)
+        optimizer_d.zero_grad()
+        real_loss = adversarial_loss(discriminator(batch), valid)
+        fake_loss = adversarial_loss(discriminator(gen.detach()), fake)
+        d_loss = (real_loss + fake_loss) / 2
+        self.backward(d_loss)
+        self.step(optimizer_d)
+        return {"loss_g": g_loss.item(), "loss_d": d_loss.item(), "num_samples": batch.shape[0]}
+
+
+class CustomDataParallel(nn.Module):
+    """A user's own wrapper (wrap_ddp=False): averages gradients by hand."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
+
+    def sync_gradients(self):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            for param in self.module.parameters():
+                dist.all_reduce(param.grad)
+                param.grad /= dist.get_world_size()
+
+
+class CustomWrapperOperator(LinearOperator):
+    def setup(self, config):
+        super().setup(config)
+        self.new_model = CustomDataParallel(self.model)
+
+    def train_batch(self, batch, batch_info):
+        features, target = batch
+        output = self.new_model(features)
+        loss = self.criterion(output, target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.new_model.sync_gradients()
+        self.optimizer.step()
+        return {"loss": loss, "num_samples": features.shape[0],
+                "is_ddp": float(isinstance(self.model, nn.parallel.DistributedDataParallel))}
+
+
+class LegacyEpochOperator(LinearOperator):
+    """Overrides train_epoch with the old (self, iterator, info) signature."""
+
+    def train_epoch(self, iterator, info):
+        count = 0
+        for batch in iterator:
+            self.train_batch(batch, {"batch_idx": count})
+            count += 1
+        return {"custom_batches": count, "num_samples": count, "info_value": info.get("value", -1)}

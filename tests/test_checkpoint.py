@@ -1,0 +1,62 @@
+import os
+
+import pytest
+import torch
+
+from raysgd import checkpoint
+from raysgd.errors import CheckpointError
+
+
+def test_round_trip_and_atomic_write(tmp_path):
+    path = str(tmp_path / "ck.pt")
+    state = {"models": [{"w": torch.ones(2)}], "optimizers": [{}], "epoch": 3}
+    checkpoint.save(path, state)
+    loaded = checkpoint.load(path)
+    assert loaded["epoch"] == 3 and torch.equal(loaded["models"][0]["w"], torch.ones(2))
+    assert os.listdir(tmp_path) == ["ck.pt"]  # no temp file left behind
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "ck.pt")
+    checkpoint.save(path, {"models": [], "optimizers": [], "epoch": 1})
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {"models": [], "optimizers": [], "epoch": 2})
+    monkeypatch.undo()
+    assert checkpoint.load(path)["epoch"] == 1
+    assert os.listdir(tmp_path) == ["ck.pt"]
+
+
+def test_truncated_foreign_and_missing_files(tmp_path):
+    good = tmp_path / "good.pt"
+    checkpoint.save(str(good), {"models": [{"w": torch.ones(100)}], "optimizers": [{}]})
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(CheckpointError, match="truncated"):
+        checkpoint.load(str(truncated))
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.ones(1)}, foreign)
+    with pytest.raises(CheckpointError, match="not a raysgd checkpoint"):
+        checkpoint.load(str(foreign))
+    text = tmp_path / "text.pt"
+    text.write_text("hello")
+    with pytest.raises(CheckpointError):
+        checkpoint.load(str(text))
+    with pytest.raises(CheckpointError, match="No checkpoint"):
+        checkpoint.load(str(tmp_path / "absent.pt"))
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_load_never_executes_code(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"models": [Evil()], "optimizers": []}, path)
+    with pytest.raises(CheckpointError):
+        checkpoint.load(str(path))

@@ -1,0 +1,67 @@
+import pytest
+
+from raysgd.config import BatchSplit, WorkerSettings, check_num_workers, resolve_backend
+from raysgd.distributed import local_ranks
+from raysgd.errors import ConfigError, RankFailure, WorkerFailedError
+from raysgd.failures import primary_failure
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"scheduler_step_freq": "hourly"}, "scheduler_step_freq"),
+    ({"use_fp16": "fp8"}, "use_fp16"),
+    ({"use_fp16": 1}, "use_fp16"),
+    ({"use_fp16": "apex"}, "Native torch.amp"),
+    ({"backend": "mpi"}, "backend"),
+    ({"backend": "nccl"}, "needs GPUs"),
+    ({"timeout_s": 0}, "timeout_s"),
+    ({"num_cpus_per_worker": -1}, "num_cpus_per_worker"),
+    ({"apex_args": [1]}, "apex_args"),
+])
+def test_invalid_settings_are_rejected_with_the_fix(kwargs, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        WorkerSettings(**kwargs)
+
+
+def test_valid_settings():
+    for mode in (False, True, "bf16"):
+        assert WorkerSettings(use_fp16=mode).use_fp16 == mode
+    for freq in ("batch", "epoch", "manual", None):
+        WorkerSettings(scheduler_step_freq=freq)
+
+
+def test_backend_resolution_and_num_workers():
+    assert resolve_backend("auto", False) == "gloo"
+    assert resolve_backend("auto", True) == "nccl"
+    with pytest.raises(ConfigError):
+        resolve_backend("tcp", False)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="num_workers"):
+            check_num_workers(bad)
+
+
+def test_batch_split():
+    split = BatchSplit(1024, 3)
+    assert split.per_worker == 341 and not split.divides and split.effective_global == 1023
+    assert BatchSplit(64, 2).divides
+    with pytest.raises(ConfigError, match="smaller than num_workers"):
+        BatchSplit(1, 2)
+    with pytest.raises(ConfigError, match="positive integer"):
+        BatchSplit("64", 2)
+
+
+def test_local_ranks_count_per_node():
+    assert local_ranks(["a", "a", "b", "a", "b"]) == [0, 1, 0, 2, 1]
+
+
+def test_primary_failure_prefers_user_error_and_groups_deaths():
+    import torch.distributed as dist
+
+    user = RankFailure(1, ValueError("bad"), "remote tb")
+    collective = RankFailure(0, dist.DistBackendError("peer closed"))
+    err = primary_failure([collective, user])
+    assert isinstance(err, ValueError)
+    assert any("rank 1" in note for note in err.__notes__)
+    died = RankFailure(1, RuntimeError("actor died"), died=True)
+    err = primary_failure([collective, died])
+    assert isinstance(err, WorkerFailedError) and err.ranks == (0, 1)
+    assert "worker died" in str(err)

@@ -1,0 +1,63 @@
+import math
+
+import pytest
+import torch
+
+from raysgd.metrics import AverageMeter, AverageMeterCollection, reduce_worker_results
+from raysgd.timers import NULL_TIMERS, TimerCollection
+
+
+def test_average_meter_weights_by_n():
+    meter = AverageMeter()
+    meter.update(1.0, n=1)
+    meter.update(4.0, n=3)
+    assert meter.avg == pytest.approx(13 / 4)
+    assert meter.val == 4.0
+
+
+def test_collection_summary_has_counts_and_last_values():
+    meters = AverageMeterCollection()
+    meters.update({"loss": torch.tensor(2.0), "name": "x"}, n=2)
+    meters.update({"loss": 5.0}, n=1)
+    summary = meters.summary()
+    assert summary == {"batch_count": 2, "num_samples": 3, "loss": 3.0, "last_loss": 5.0}
+
+
+def test_reduce_weights_by_worker_samples_for_uneven_shards():
+    results = [
+        {"epoch": 1, "num_samples": 10, "batch_count": 1, "loss": 0.0, "tag": "r0"},
+        {"epoch": 1, "num_samples": 30, "batch_count": 3, "loss": 1.0, "tag": "r1"},
+    ]
+    out = reduce_worker_results(results)
+    assert out["num_samples"] == 40
+    assert out["loss"] == pytest.approx(0.75)  # legacy unweighted mean would say 0.5
+    assert out["batch_count"] == pytest.approx(2.5)
+    assert out["epoch"] == 1 and isinstance(out["epoch"], int)
+    assert out["tag"] == "r0"
+
+
+def test_reduce_propagates_nan():
+    out = reduce_worker_results([{"num_samples": 5, "loss": 1.0},
+                                 {"num_samples": 5, "loss": float("nan")}])
+    assert math.isnan(out["loss"])
+    out = reduce_worker_results([{"num_samples": 5, "loss": float("nan")},
+                                 {"num_samples": 5, "loss": float("nan")}])
+    assert math.isnan(out["loss"])
+
+
+def test_reduce_nested_profile_and_zero_samples():
+    out = reduce_worker_results([{"num_samples": 0, "x": 1.0, "profile": {"t": 1.0}},
+                                 {"num_samples": 0, "x": 3.0, "profile": {"t": 3.0}}])
+    assert out["x"] == 2.0 and out["profile"]["t"] == 2.0
+    assert reduce_worker_results([]) == {}
+
+
+def test_timers_record_means_and_null_timers_cost_nothing():
+    timers = TimerCollection()
+    for _ in range(2):
+        with timers.record("fwd"):
+            pass
+    stats = timers.stats()
+    assert set(stats) == {"mean_fwd_s"} and stats["mean_fwd_s"] >= 0
+    assert NULL_TIMERS.record("fwd") is NULL_TIMERS.record("grad")
+    assert NULL_TIMERS.stats() == {}

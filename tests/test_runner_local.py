@@ -1,0 +1,266 @@
+"""The operator and runner driven in-process at world size 1: no Ray."""
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from operators_for_tests import GANOperator, LegacyEpochOperator, LinearOperator, NoRegisterOperator
+from raysgd.config import RankInfo, WorkerSettings
+from raysgd.errors import CheckpointError, ConfigError
+from raysgd.runner import WorkerRunner
+from raysgd.torch import TrainingOperator
+from raysgd.torch.examples import train_example
+from raysgd.utils import BATCH_SIZE
+
+
+def make_runner(cls, config=None, **settings):
+    runner = WorkerRunner(cls, dict(config or {}), WorkerSettings(**settings), RankInfo())
+    runner.setup_operator()
+    return runner
+
+
+def linear_weights(runner):
+    return [p.detach().clone() for p in runner.operator.model.parameters()]
+
+
+def test_default_loop_trains_and_reports_metrics():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100})
+    first = runner.train_epoch()
+    assert first["epoch"] == 1 and first["batch_count"] == 10 and first["num_samples"] == 1000
+    assert {"train_loss", "last_train_loss"} <= first.keys()
+    for _ in range(5):
+        last = runner.train_epoch()
+    assert last["epoch"] == 6 and last["train_loss"] < first["train_loss"]
+    val = runner.validate()
+    assert set(val) == {"batch_count", "num_samples", "val_loss", "last_val_loss",
+                        "val_accuracy", "last_val_accuracy"}
+
+
+def test_num_steps_continues_and_wraps_into_the_next_pass():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100})  # 10 batches a pass
+    assert runner.train_epoch(num_steps=4)["batch_count"] == 4
+    part = runner.train_epoch(num_steps=4)
+    assert part["batch_count"] == 4 and part["epoch"] == 1
+    rest = runner.train_epoch()  # finishes pass 1: batches 8 and 9
+    assert rest["batch_count"] == 2 and rest["epoch"] == 1
+    wrap = runner.train_epoch(num_steps=15)  # all of pass 2, half of pass 3
+    assert wrap["batch_count"] == 15 and wrap["epoch"] == 3
+    assert runner.operator.global_step == 4 + 4 + 2 + 15
+
+
+def test_a_call_on_an_exhausted_pass_starts_the_next_pass():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100})
+    runner.train_epoch(num_steps=10)  # consumed the pass exactly
+    result = runner.train_epoch()
+    assert result["batch_count"] == 10 and result["epoch"] == 2  # legacy returned an empty epoch
+
+
+class IterableOperator(LinearOperator):
+    """A train loader without len(): exhaustion is only seen on StopIteration."""
+
+    def setup(self, config):
+        super().setup(config)
+        batches = list(self.train_loader)
+
+        class NoLen:
+            def __iter__(self):
+                return iter(batches)
+
+        self.register_data(train_loader=NoLen(), validation_loader=self.validation_loader)
+
+
+def test_passes_work_without_a_known_length():
+    runner = make_runner(IterableOperator, {BATCH_SIZE: 100})
+    assert runner.train_epoch(num_steps=10)["epoch"] == 1
+    result = runner.train_epoch()
+    assert result["batch_count"] == 10 and result["epoch"] == 2
+    assert runner.train_epoch(num_steps=12)["epoch"] == 4
+
+
+class InfoOperator(LinearOperator):
+    def train_batch(self, batch, batch_info):
+        self.seen = getattr(self, "seen", []) + [dict(batch_info)]
+        return super().train_batch(batch, batch_info)
+
+
+def test_batch_info_carries_position_and_user_info():
+    runner = make_runner(InfoOperator, {BATCH_SIZE: 250})  # 4 batches a pass
+    runner.train_epoch(num_steps=6, info={"custom": 7})
+    seen = runner.operator.seen
+    assert [s["batch_idx"] for s in seen] == [0, 1, 2, 3, 0, 1]
+    assert [s["epoch_idx"] for s in seen] == [0, 0, 0, 0, 1, 1]
+    assert [s["global_step"] for s in seen] == list(range(6))
+    assert all(s["custom"] == 7 for s in seen)
+
+
+def test_legacy_train_epoch_signature_and_info():
+    runner = make_runner(LegacyEpochOperator, {BATCH_SIZE: 500})
+    result = runner.train_epoch(info={"value": 3})
+    assert result["custom_batches"] == 2 and result["info_value"] == 3 and result["epoch"] == 1
+
+
+def test_multi_model_operator_needs_no_self_model():
+    runner = make_runner(GANOperator, {"latent_dim": 2, BATCH_SIZE: 64})
+    result = runner.train_epoch()
+    assert {"loss_g", "loss_d", "last_loss_g", "last_loss_d"} <= result.keys()
+    assert result["num_samples"] == 256
+
+
+def test_default_train_batch_with_two_models_says_to_override():
+    class TwoModels(TrainingOperator):
+        def setup(self, config):
+            a, b = nn.Linear(1, 1), nn.Linear(1, 1)
+            self.register(models=(a, b), optimizers=torch.optim.SGD(a.parameters(), lr=0.1),
+                          criterion=nn.MSELoss())
+            self.register_data(train_loader=DataLoader(TensorDataset(torch.ones(4, 1), torch.ones(4, 1))))
+
+    runner = make_runner(TwoModels)
+    with pytest.raises(ConfigError, match="Override train_batch"):
+        runner.train_epoch()
+
+
+def test_register_returns_the_shape_given():
+    captured = {}
+
+    class Shapes(TrainingOperator):
+        def setup(self, config):
+            m1, m2 = nn.Linear(1, 1), nn.Linear(1, 1)
+            o1 = torch.optim.SGD(m1.parameters(), lr=0.1)
+            captured["two"] = self.register(models=(m1, m2), optimizers=[o1], criterion=nn.MSELoss(),
+                                            schedulers=torch.optim.lr_scheduler.StepLR(o1, 1))
+
+    make_runner(Shapes, scheduler_step_freq="epoch")
+    models, optimizers, criterion, scheduler = captured["two"]
+    assert isinstance(models, tuple) and len(models) == 2
+    assert isinstance(optimizers, tuple) and len(optimizers) == 1
+    assert isinstance(criterion, nn.MSELoss)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR)
+
+    class Single(TrainingOperator):
+        def setup(self, config):
+            m = nn.Linear(1, 1)
+            captured["one"] = self.register(models=m, optimizers=torch.optim.SGD(m.parameters(), lr=0.1))
+
+    make_runner(Single)
+    model, optimizer = captured["one"]
+    assert isinstance(model, nn.Linear) and isinstance(optimizer, torch.optim.SGD)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"models": "not a model"}, "torch.nn.Module"),
+    ({"models": [nn.Linear(1, 1), lambda c: None]}, "torch.nn.Module"),
+    ({"ddp_args": ["find_unused_parameters"]}, "ddp_args must be a dict"),
+    ({"optimizers": None}, "at least one optimizer"),
+    ({"schedulers": "SCHED"}, "scheduler_step_freq is None"),
+])
+def test_register_rejects_bad_input(kwargs, fragment):
+    class Bad(TrainingOperator):
+        def setup(self, config):
+            model = nn.Linear(1, 1)
+            args = {"models": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1)}
+            args.update(kwargs)
+            if args.get("schedulers") == "SCHED":
+                args["schedulers"] = torch.optim.lr_scheduler.StepLR(args["optimizers"], 1)
+            self.register(**args)
+
+    with pytest.raises(ConfigError, match=fragment):
+        make_runner(Bad)
+
+
+def test_setup_without_register_is_an_error():
+    with pytest.raises(ConfigError, match="did not call self.register"):
+        make_runner(NoRegisterOperator)
+
+
+def test_state_round_trip_restores_weights_position_and_operator_state():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100, "note": "hello", "shuffle": True})
+    runner.train_epoch()
+    runner.train_epoch(num_steps=3)
+    state = runner.state_dict()
+    expected_next = runner.train_epoch(num_steps=4)
+    expected_weights = linear_weights(runner)
+
+    fresh = make_runner(LinearOperator, {BATCH_SIZE: 100, "seed": 99, "shuffle": True})
+    fresh.load_state_dict(state)
+    assert fresh.operator.loaded_note == "hello"
+    assert fresh.operator.global_step == 13
+    resumed = fresh.train_epoch(num_steps=4)
+    assert resumed["epoch"] == expected_next["epoch"] == 2
+    assert resumed["train_loss"] == pytest.approx(expected_next["train_loss"], rel=1e-6)
+    for a, b in zip(linear_weights(fresh), expected_weights):
+        assert torch.allclose(a, b)
+
+
+def test_load_state_with_wrong_model_count_is_clear():
+    runner = make_runner(LinearOperator)
+    state = runner.state_dict()
+    state["models"].append(state["models"][0])
+    with pytest.raises(CheckpointError, match="2 models"):
+        runner.load_state_dict(state)
+
+
+def test_schedulers_step_per_epoch_or_batch():
+    epoch_runner = make_runner(LinearOperator, {BATCH_SIZE: 500, "scheduler": True},
+                               scheduler_step_freq="epoch")
+    epoch_runner.train_epoch()
+    assert epoch_runner.operator.optimizer.param_groups[0]["lr"] == pytest.approx(0.005)
+    batch_runner = make_runner(LinearOperator, {BATCH_SIZE: 500, "scheduler": True},
+                               scheduler_step_freq="batch")
+    batch_runner.train_epoch()
+    assert batch_runner.operator.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)
+    manual = make_runner(LinearOperator, {BATCH_SIZE: 500, "scheduler": True},
+                         scheduler_step_freq="manual")
+    manual.train_epoch()
+    assert manual.operator.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    manual.update_scheduler(0.5)
+    assert manual.operator.optimizer.param_groups[0]["lr"] == pytest.approx(0.005)
+
+
+def test_profile_reports_timers_only_when_asked():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100})
+    assert "profile" not in runner.train_epoch()
+    profile = runner.train_epoch(profile=True)["profile"]
+    assert {"mean_fwd_s", "mean_grad_s", "mean_apply_s", "train_epoch_s"} <= profile.keys()
+    assert {"mean_eval_fwd_s", "validation_s"} <= runner.validate(profile=True)["profile"].keys()
+
+
+def test_classification_accuracy_in_default_validate():
+    class Classifier(TrainingOperator):
+        def setup(self, config):
+            model = nn.Linear(2, 2)
+            with torch.no_grad():
+                model.weight.copy_(torch.eye(2))
+                model.bias.zero_()
+            self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=0.0),
+                          criterion=nn.CrossEntropyLoss())
+            x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+            y = torch.tensor([0, 1, 1, 1])  # 3 of 4 right
+            self.register_data(validation_loader=DataLoader(TensorDataset(x, y), batch_size=2))
+
+    result = make_runner(Classifier).validate()
+    assert result["val_accuracy"] == pytest.approx(0.75)
+    assert result["num_samples"] == 4
+
+
+def test_from_creators_builds_a_working_operator(tmp_path):
+    cls = TrainingOperator.from_creators(
+        train_example.model_creator, train_example.optimizer_creator,
+        data_creator=train_example.data_creator, loss_creator=nn.MSELoss,
+        scheduler_creator=train_example.scheduler_creator)
+    runner = make_runner(cls, {"lr": 1e-2, BATCH_SIZE: 100}, scheduler_step_freq="epoch")
+    assert runner.train_epoch()["num_samples"] == 1000
+    assert runner.validate()["num_samples"] == 400
+    assert isinstance(runner.operator.model, nn.Linear)
+    with pytest.raises(ConfigError, match="model_creator"):
+        TrainingOperator.from_creators(None, train_example.optimizer_creator)
+
+
+def test_loss_creator_may_take_config():
+    cls = TrainingOperator.from_creators(
+        train_example.model_creator, train_example.optimizer_creator,
+        data_creator=lambda config: DataLoader(train_example.LinearDataset(1, 0, 20), batch_size=5),
+        loss_creator=lambda config: nn.L1Loss())
+    runner = make_runner(cls)
+    assert isinstance(runner.operator.criterion, nn.L1Loss)
+    assert runner.operator.validation_loader is None
+    assert runner.train_epoch()["batch_count"] == 4

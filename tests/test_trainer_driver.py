@@ -1,0 +1,191 @@
+"""TorchTrainer logic with an injected fake worker group: no Ray, no processes."""
+import warnings
+
+import pytest
+
+from operators_for_tests import LinearOperator
+from raysgd import TorchTrainer
+from raysgd.errors import ConfigError, RankFailure, TrainerShutdownError, WorkerFailedError
+from raysgd.torch.examples import train_example
+from raysgd.utils import BATCH_SIZE
+
+
+class FakeWorkerGroup:
+    """Stands in for WorkerGroup; answers each method from ``responses``."""
+
+    instances = []
+
+    def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
+                 initialization_hook=None, placement_timeout_s=60.0):
+        self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
+        self.settings, self.num_workers = settings, num_workers
+        self.calls, self.shut, self.local_runner = [], False, None
+        self.capabilities = {"has_train_loader": True, "has_validation_loader": True, "num_models": 1}
+        self.responses = {}
+        FakeWorkerGroup.instances.append(self)
+
+    def start(self):
+        return [dict(self.capabilities) for _ in range(self.num_workers)]
+
+    def execute(self, method, *args, abort_on_failure=True):
+        self.calls.append((method, args))
+        response = self.responses.get(method, [None] * self.num_workers)
+        if isinstance(response, BaseException):
+            raise response
+        return response
+
+    def execute_single(self, rank, method, *args):
+        return self.execute(method, *args)[rank]
+
+    def put(self, obj):
+        return obj
+
+    def shutdown(self, force=False):
+        self.shut = True
+
+
+def make(num_workers=2, **kwargs):
+    FakeWorkerGroup.instances.clear()
+    trainer = TorchTrainer(training_operator_cls=LinearOperator, num_workers=num_workers,
+                           use_gpu=False, _worker_group_cls=FakeWorkerGroup, **kwargs)
+    return trainer, FakeWorkerGroup.instances[-1]
+
+
+def test_train_reduces_worker_results_weighted_by_samples():
+    trainer, group = make()
+    group.responses["train_epoch"] = [
+        {"epoch": 1, "num_samples": 10, "batch_count": 1, "train_loss": 1.0},
+        {"epoch": 1, "num_samples": 30, "batch_count": 3, "train_loss": 2.0}]
+    result = trainer.train(num_steps=5, profile=True, info={"a": 1})
+    assert result["train_loss"] == pytest.approx(1.75) and result["num_samples"] == 40
+    assert group.calls[-1] == ("train_epoch", (5, True, {"a": 1}))
+    assert trainer.train(reduce_results=False) == group.responses["train_epoch"]
+
+
+def test_batch_size_split_and_rewrite_when_not_divisible():
+    with pytest.warns(UserWarning, match="not divisible"):
+        trainer, group = make(num_workers=3, config={BATCH_SIZE: 100, "lr": 0.1})
+    assert trainer.config[BATCH_SIZE] == 99
+    assert group.config_for_rank(0) == {BATCH_SIZE: 33, "lr": 0.1}
+    trainer, group = make(num_workers=4, config={BATCH_SIZE: 128})
+    assert group.config_for_rank(3)[BATCH_SIZE] == 32
+
+
+def test_user_config_is_not_mutated():
+    config = {BATCH_SIZE: 100}
+    with pytest.warns(UserWarning):
+        make(num_workers=3, config=config)
+    assert config == {BATCH_SIZE: 100}
+
+
+def test_missing_loader_fails_on_the_driver_without_calling_workers():
+    trainer, group = make()
+    group_caps = group.capabilities
+    trainer._capabilities = [dict(group_caps, has_validation_loader=False)] * 2
+    with pytest.raises(ConfigError, match="validation_loader"):
+        trainer.validate()
+    assert not any(call[0] == "validate" for call in group.calls)
+
+
+def test_bad_num_steps_is_rejected_on_the_driver():
+    trainer, _ = make()
+    for bad in (0, -1, 2.5, "3"):
+        with pytest.raises(ConfigError, match="num_steps"):
+            trainer.train(num_steps=bad)
+
+
+def test_worker_failure_closes_the_trainer_with_a_clear_error():
+    trainer, group = make()
+    group.responses["train_epoch"] = WorkerFailedError(
+        "Worker(s) failed", [RankFailure(1, RuntimeError("died"), died=True)])
+    with pytest.raises(WorkerFailedError) as info:
+        trainer.train()
+    assert info.value.ranks == (1,)
+    assert group.shut
+    with pytest.raises(TrainerShutdownError, match="WorkerFailedError in train_epoch"):
+        trainer.validate()
+
+
+def test_every_method_raises_after_shutdown():
+    trainer, group = make()
+    trainer.shutdown()
+    assert group.shut
+    trainer.shutdown()  # idempotent
+    for call in (trainer.train, trainer.validate, trainer.get_model, trainer.state_dict,
+                 lambda: trainer.save("/tmp/x.pt"), lambda: trainer.update_scheduler(1),
+                 lambda: trainer.apply_all_workers(lambda: 1), lambda: trainer.load_state_dict({})):
+        with pytest.raises(TrainerShutdownError, match="create a new TorchTrainer"):
+            call()
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"num_workers": 0}, "num_workers"),
+    ({"scheduler_step_freq": "sometimes"}, "scheduler_step_freq"),
+    ({"backend": "mpi"}, "backend"),
+    ({"use_fp16": "half"}, "use_fp16"),
+    ({"use_fp16": "apex"}, "Native torch.amp"),
+    ({"use_gpu": "maybe"}, "use_gpu"),
+    ({"config": [1, 2]}, "config must be a dict"),
+    ({"initialization_hook": "not callable"}, "initialization_hook"),
+    ({"timeout_s": -5}, "timeout_s"),
+])
+def test_bad_arguments_fail_before_any_worker_starts(kwargs, fragment):
+    FakeWorkerGroup.instances.clear()
+    args = {"training_operator_cls": LinearOperator, "use_gpu": False,
+            "_worker_group_cls": FakeWorkerGroup, **kwargs}
+    with pytest.raises(ConfigError, match=fragment):
+        TorchTrainer(**args)
+    assert FakeWorkerGroup.instances == []
+
+
+def test_operator_class_is_checked():
+    with pytest.raises(ConfigError, match="pass the class itself"):
+        TorchTrainer(training_operator_cls=object.__new__(LinearOperator),
+                     _worker_group_cls=FakeWorkerGroup, use_gpu=False)
+    with pytest.raises(ConfigError, match="subclass of raysgd.torch.TrainingOperator"):
+        TorchTrainer(training_operator_cls=dict, _worker_group_cls=FakeWorkerGroup, use_gpu=False)
+    with pytest.raises(ConfigError, match="training_operator_cls"):
+        TorchTrainer(_worker_group_cls=FakeWorkerGroup, use_gpu=False)
+
+
+def test_creator_keywords_warn_and_build_an_operator():
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        trainer = TorchTrainer(model_creator=train_example.model_creator,
+                               optimizer_creator=train_example.optimizer_creator,
+                               data_creator=train_example.data_creator,
+                               _worker_group_cls=FakeWorkerGroup, use_gpu=False)
+    assert trainer.operator_cls._model_creator is train_example.model_creator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError, match="optimizer_creator"):
+            TorchTrainer(model_creator=train_example.model_creator,
+                         _worker_group_cls=FakeWorkerGroup, use_gpu=False)
+        with pytest.raises(ConfigError, match="not both"):
+            TorchTrainer(LinearOperator, model_creator=train_example.model_creator,
+                         _worker_group_cls=FakeWorkerGroup, use_gpu=False)
+
+
+def test_get_model_unwraps_single_and_keeps_lists():
+    trainer, group = make()
+    group.responses["get_models"] = [["m"], None]
+    assert trainer.get_model() == "m"
+    group.responses["get_models"] = [["d", "g"], None]
+    assert trainer.get_model() == ["d", "g"]
+
+
+def test_get_local_operator_needs_use_local():
+    trainer, _ = make()
+    with pytest.raises(ConfigError, match="use_local=True"):
+        trainer.get_local_operator()
+
+
+def test_save_and_load_go_through_the_group(tmp_path):
+    import torch
+
+    trainer, group = make()
+    state = {"models": [{"w": torch.ones(1)}], "optimizers": [{}], "epoch": 2}
+    group.responses["state_dict"] = [state, None]
+    path = trainer.save(str(tmp_path / "a" / "ck.pt"))
+    trainer.load(path)
+    method, (loaded,) = group.calls[-1]
+    assert method == "load_state_dict" and loaded["epoch"] == 2
