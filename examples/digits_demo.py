@@ -73,16 +73,13 @@ def main(argv=None) -> float:
     parser.add_argument("--use-gpu", action="store_true")
     parser.add_argument("--address", default=None, help="Ray address, e.g. 'auto'")
     args = parser.parse_args(argv)
-    from tabulate import tabulate
-
     ray.init(address=args.address, num_cpus=None if args.address else max(4, args.num_workers))
     trainer = make_trainer(args.num_workers, args.use_gpu)
-    rows = []
+    print(f"{'epoch':>5} {'train_loss':>10} {'val_loss':>10} {'val_accuracy':>12}")
     for _ in range(args.epochs):
         train, val = trainer.train(), trainer.validate()
-        rows.append([train["epoch"], train["train_loss"], val["val_loss"], val["val_accuracy"]])
-        print(tabulate([rows[-1]], headers=["epoch", "train_loss", "val_loss", "val_accuracy"],
-                       floatfmt=".4f", tablefmt="plain"), flush=True)
+        print(f"{train['epoch']:>5} {train['train_loss']:>10.4f} {val['val_loss']:>10.4f} "
+              f"{val['val_accuracy']:>12.4f}", flush=True)
     path = trainer.save(os.path.join(tempfile.mkdtemp(prefix="raysgd-demo-"), "digits.pt"))
     accuracy = trainer.validate()["val_accuracy"]
     trainer.shutdown()

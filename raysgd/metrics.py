@@ -55,6 +55,7 @@ class AverageMeterCollection:
         self._batch_count = 0
         self.n = 0
         self._meters: Dict[str, AverageMeter] = {}
+        self._last_other: Dict[str, Any] = {}  # non-numeric values: the last one seen
 
     def update(self, metrics: Mapping[str, Any], n: int = 1) -> None:
         self._batch_count += 1
@@ -63,9 +64,12 @@ class AverageMeterCollection:
             value = to_number(value)
             if is_number(value):
                 self._meters.setdefault(key, AverageMeter()).update(value, n=n)
+            else:
+                self._last_other[key] = value
 
     def summary(self) -> Dict[str, Any]:
-        stats: Dict[str, Any] = {BATCH_COUNT: self._batch_count, NUM_SAMPLES: self.n}
+        stats: Dict[str, Any] = {BATCH_COUNT: self._batch_count, NUM_SAMPLES: self.n,
+                                 **self._last_other}
         for key, meter in self._meters.items():
             stats[str(key)] = meter.avg
             stats["last_" + str(key)] = meter.val

@@ -25,10 +25,12 @@ def ray_session():
 
 @pytest.fixture
 def ray_cpus(ray_session):
-    """Fails a test that leaks actors or placement groups."""
+    """Fails a test that leaks workers: all 4 CPUs must come back after it."""
     yield ray_session
-    from ray.util.state import list_actors
+    import time
 
-    alive = [a for a in list_actors(filters=[("state", "=", "ALIVE")])
-             if a.class_name == "_WorkerActor"]
-    assert not alive, f"test leaked raysgd worker actors: {alive}"
+    deadline = time.monotonic() + 10
+    while ray_session.available_resources().get("CPU", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray_session.available_resources().get("CPU", 0) == 4, (
+        f"test leaked workers or placement groups: {ray_session.available_resources()}")

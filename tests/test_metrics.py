@@ -20,7 +20,8 @@ def test_collection_summary_has_counts_and_last_values():
     meters.update({"loss": torch.tensor(2.0), "name": "x"}, n=2)
     meters.update({"loss": 5.0}, n=1)
     summary = meters.summary()
-    assert summary == {"batch_count": 2, "num_samples": 3, "loss": 3.0, "last_loss": 5.0}
+    assert summary == {"batch_count": 2, "num_samples": 3, "loss": 3.0, "last_loss": 5.0,
+                       "name": "x"}
 
 
 def test_reduce_weights_by_worker_samples_for_uneven_shards():

@@ -1,0 +1,1 @@
+"""Ready-made TrainingOperators built only on the public raysgd API (none yet)."""
