@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast clean
 
 install: $(STAMP)
 
@@ -27,8 +27,6 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow" tests
 
-bench: install
-	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
