@@ -220,8 +220,9 @@ class WorkerGroup:
                 self._collect_local(local_future, results, failures)
                 local_future = None
         if failures and abort_on_failure:
+            # Survivors may be stuck in a collective: take what arrives within
+            # the grace period; the caller tears the group down.
             self._collect_stragglers(pending, local_future, results, failures)
-            self.shutdown(force=True)
         elif failures:
             for ref, rank in pending.items():
                 self._collect(ref, rank, results, failures)

@@ -184,3 +184,13 @@ class LegacyEpochOperator(LinearOperator):
             self.train_batch(batch, {"batch_idx": count})
             count += 1
         return {"custom_batches": count, "num_samples": count, "info_value": info.get("value", -1)}
+
+
+class SlowOperator(LinearOperator):
+    """Sleeps in every batch so a test can kill a worker mid-epoch."""
+
+    def train_batch(self, batch, batch_info):
+        import time
+
+        time.sleep(self.config.get("sleep_s", 0.05))
+        return super().train_batch(batch, batch_info)
