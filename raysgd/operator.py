@@ -79,6 +79,8 @@ class TrainingOperator:
         self._registered = False
         self.global_step = 0
         self.timers = NULL_TIMERS
+        self._meters: Optional[AverageMeterCollection] = None  # snapshotted by commits
+        self._resume_meters: Optional[AverageMeterCollection] = None
         self.setup(config)
 
     # ----------------------------------------------------------------- hooks
@@ -92,7 +94,10 @@ class TrainingOperator:
         """Train over ``iterator``; returns averaged metrics of ``train_batch``."""
         for model in self._models:
             model.train()
-        meters = AverageMeterCollection()
+        # After a recovery the meters continue from the commit, so the call's
+        # metrics still cover every batch of it.
+        meters = self._meters = self._resume_meters or AverageMeterCollection()
+        self._resume_meters = None
         for index, batch in enumerate(iterator):
             batch_info = {
                 "batch_idx": getattr(iterator, "batch_idx", index),

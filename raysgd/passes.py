@@ -3,11 +3,13 @@
 ``epoch`` counts passes over the loader. ``take(None)`` finishes the current
 pass (or runs a whole new one when the current pass is used up);
 ``take(k)`` yields exactly ``k`` batches, wrapping into new passes. Each new
-pass reshuffles a distributed sampler with ``set_epoch``.
+pass reshuffles a distributed sampler with ``set_epoch``. ``steps`` counts
+every batch ever handed out; the runner's commit hook runs before a batch is
+fetched, when the state is exactly "``steps`` batches done".
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -33,6 +35,7 @@ class Passes:
         self.loader = loader
         self.epoch_idx = -1  # pass of the last batch handed out; -1 before any
         self.batch_idx = 0   # batches handed out in that pass
+        self.steps = 0       # batches handed out in all passes
         self._iterator: Optional[Iterator] = None
         self._pass_rng = torch.get_rng_state()
         self._length = _known_length(loader) if loader is not None else None
@@ -42,9 +45,11 @@ class Passes:
         """1-based number of the pass the last batch belonged to."""
         return self.epoch_idx + 1
 
-    def take(self, num_steps: Optional[int]) -> "PassIterator":
+    def take(self, num_steps: Optional[int], before_batch: Optional[Callable[[int], None]] = None,
+             resume: bool = False) -> "PassIterator":
+        """Batches for one ``train()`` call; ``resume`` continues a call cut short by a failure."""
         check_num_steps(num_steps)
-        return PassIterator(self, num_steps)
+        return PassIterator(self, num_steps, before_batch, may_start_pass=not resume)
 
     def _start_pass(self) -> None:
         self.epoch_idx += 1
@@ -61,6 +66,10 @@ class Passes:
     def _exhausted(self) -> bool:
         return self._iterator is None or (self._length is not None and self.batch_idx >= self._length)
 
+    def has_next(self, may_wrap: bool) -> bool:
+        """False when the current pass is known to be over and may not wrap."""
+        return may_wrap or not self._exhausted()
+
     def next_batch(self, may_wrap: bool) -> Any:
         """Next batch; starts a new pass when the current one is over and ``may_wrap``."""
         if self._exhausted():
@@ -76,6 +85,7 @@ class Passes:
             self._start_pass()
             batch = self._next_of_fresh_pass()
         self.batch_idx += 1
+        self.steps += 1
         return batch
 
     def _next_of_fresh_pass(self) -> Any:
@@ -88,32 +98,33 @@ class Passes:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> Dict[str, Any]:
-        return {"epoch": self.epoch, "batch_idx": self.batch_idx,
-                "pass_done": self._exhausted(), "pass_rng": self._pass_rng,
-                "rng": torch.get_rng_state()}
+        return {"epoch": self.epoch, "batch_idx": self.batch_idx, "steps": self.steps,
+                "pass_done": self._exhausted(), "pass_rng": self._pass_rng}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume at the saved position; mid-pass, replay the pass up to it."""
         self.epoch_idx = int(state.get("epoch", 0)) - 1
         batch_idx = int(state.get("batch_idx", 0))
         self.batch_idx, self._iterator = batch_idx, None
+        self.steps = int(state.get("steps", 0))
         if self.loader is not None and not state.get("pass_done", True) and batch_idx > 0:
             if state.get("pass_rng") is not None:
                 torch.set_rng_state(state["pass_rng"])
             self._open_iterator()
             for _ in range(batch_idx):
                 next(self._iterator)
-        if state.get("rng") is not None:
-            torch.set_rng_state(state["rng"])
 
 
 class PassIterator:
     """The iterator ``train_epoch`` receives; exposes ``epoch_idx`` and ``batch_idx``."""
 
-    def __init__(self, passes: Passes, num_steps: Optional[int]):
+    def __init__(self, passes: Passes, num_steps: Optional[int],
+                 before_batch: Optional[Callable[[int], None]] = None, may_start_pass: bool = True):
         self._passes = passes
         self._remaining = num_steps
-        self._first = True
+        self._before_batch = before_batch
+        self._first = may_start_pass
+        self.done = 0  # batches handed out by this iterator
         self.batch_idx = passes.batch_idx
         self.epoch_idx = max(passes.epoch_idx, 0)
 
@@ -134,8 +145,11 @@ class PassIterator:
         # Without num_steps a call finishes one pass: it may start a pass only
         # before its first batch. With num_steps it wraps as often as needed.
         may_wrap = self._first or self._remaining is not None
+        if self._before_batch is not None and self._passes.has_next(may_wrap):
+            self._before_batch(self.done)
         batch = self._passes.next_batch(may_wrap)
         self._first = False
+        self.done += 1
         if self._remaining is not None:
             self._remaining -= 1
         self.batch_idx = self._passes.batch_idx - 1

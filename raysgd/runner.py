@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+import sys
+import threading
 import time
+import traceback
 from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from raysgd import distributed
+from raysgd import distributed, rng
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
@@ -45,7 +48,8 @@ class WorkerRunner:
     """Builds one operator and runs its train/validate hooks on request."""
 
     def __init__(self, operator_cls: type, config: Dict[str, Any], settings: WorkerSettings,
-                 rank: RankInfo, num_threads: Optional[int] = None):
+                 rank: RankInfo, num_threads: Optional[int] = None,
+                 commit_every: Optional[int] = None):
         if num_threads:
             torch.set_num_threads(num_threads)
         self.operator_cls = operator_cls
@@ -56,6 +60,12 @@ class WorkerRunner:
         self.operator: Optional[TrainingOperator] = None
         self._store = None
         self._passes: Optional[Passes] = None
+        self.commit_every = commit_every
+        self._pending_commit: Optional[Dict[str, Any]] = None
+        self._call_done_base = 0
+        self._last_progress = time.monotonic()
+        self._thread: Optional[int] = None
+        self.first_step_wall: Optional[float] = None  # wall time of the first step after a restore
 
     # ---------------------------------------------------------------- set-up
     def create_store(self, host: str) -> int:
@@ -84,15 +94,20 @@ class WorkerRunner:
 
     # -------------------------------------------------------------- training
     def train_epoch(self, num_steps: Optional[int] = None, profile: bool = False,
-                    info: Optional[dict] = None) -> Dict[str, Any]:
+                    info: Optional[dict] = None, resume: bool = False) -> Dict[str, Any]:
+        """One ``train()`` call; ``resume`` finishes a call cut short by a failure."""
         operator = self.operator
         if operator.train_loader is None:
             raise ConfigError("train() needs a train loader: call "
                               "self.register_data(train_loader=...) in setup().")
         operator.timers = TimerCollection() if profile else NULL_TIMERS
+        self._begin_call()
         start = time.perf_counter()
-        iterator = self._passes.take(num_steps)
+        if not resume:
+            self._call_done_base, operator._resume_meters = 0, None
+        iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
         metrics = operator.train_epoch(iterator, info or {})
+        self._note_first_step(iterator.done)
         result = {"epoch": self._passes.epoch, **(metrics or {})}
         if profile:
             result["profile"] = {**operator.timers.stats(),
@@ -107,8 +122,9 @@ class WorkerRunner:
             raise ConfigError("validate() needs a validation loader: call "
                               "self.register_data(validation_loader=...) in setup().")
         operator.timers = TimerCollection() if profile else NULL_TIMERS
+        self._begin_call()
         start = time.perf_counter()
-        iterator = operator.validation_loader
+        iterator = self._ticking(operator.validation_loader)
         if num_steps is not None:
             iterator = itertools.islice(iterator, num_steps)
         result = dict(operator.validate(iterator, info or {}) or {})
@@ -126,24 +142,33 @@ class WorkerRunner:
                 scheduler.step()
 
     # ----------------------------------------------------------------- state
-    def state_dict(self) -> Dict[str, Any]:
-        """Everything needed to resume, as CPU tensors and plain containers."""
+    def state_dict(self, components: bool = True) -> Dict[str, Any]:
+        """Everything needed to resume, as CPU tensors and plain containers.
+
+        ``components=False`` gives only this rank's own part (position, RNG,
+        step), which is all a non-zero rank adds to a commit.
+        """
         op = self.operator
-        state = {
-            "models": [model.state_dict() for model in op._original_models],
-            "optimizers": [opt.state_dict() for opt in op._optimizers],
-            "schedulers": [sched.state_dict() for sched in op._schedulers],
-            "global_step": op.global_step,
-            "precision": op._context.precision.state_dict(),
-            **self._passes.state_dict(),
-        }
-        extra = op.state_dict()
-        if extra is not None:
-            state["operator"] = extra
+        state = {"global_step": op.global_step, **self._passes.state_dict(), "rng": rng.get_state()}
+        if components:
+            state.update({
+                "models": [model.state_dict() for model in op._original_models],
+                "optimizers": [opt.state_dict() for opt in op._optimizers],
+                "schedulers": [sched.state_dict() for sched in op._schedulers],
+                "precision": op._context.precision.state_dict(),
+            })
+            extra = op.state_dict()
+            if extra is not None:
+                state["operator"] = extra
         # copy=True: a CPU tensor would otherwise alias the live parameters.
         return map_tensors(state, lambda t: t.detach().to("cpu", copy=True))
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._load_components(state)
+        self._passes.load_state_dict(state)
+        rng.set_state(state.get("rng"))
+
+    def _load_components(self, state: Dict[str, Any]) -> None:
         op = self.operator
         self._check_counts(state)
         for model, model_state in zip(op._original_models, state["models"]):
@@ -154,7 +179,6 @@ class WorkerRunner:
             scheduler.load_state_dict(sched_state)
         op.global_step = state.get("global_step", 0)
         op._context.precision.load_state_dict(state.get("precision") or {})
-        self._passes.load_state_dict(state)
         if "operator" in state:
             op.load_state_dict(state["operator"])
 
@@ -172,6 +196,65 @@ class WorkerRunner:
         if to_cpu:
             return [copy.deepcopy(m).cpu() if self.device.type != "cpu" else m for m in models]
         return list(models)
+
+    # ------------------------------------------------------ commits, progress
+    def snapshot(self, call_done: int = 0) -> Dict[str, Any]:
+        """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
+        meters = getattr(self.operator, "_meters", None)
+        return {"step": self._passes.steps, "call_done": call_done,
+                "world_size": self.rank.world_size,
+                "state": self.state_dict(components=self.rank.world_rank == 0),
+                "meters": copy.deepcopy(meters) if call_done else None}
+
+    def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None) -> None:
+        """Load a commit: rank 0's snapshot, plus this rank's own when the world size is unchanged."""
+        state = dict(primary["state"])
+        if own is not None and own is not primary:
+            state.update(own["state"])
+        self.load_state_dict(state)
+        self.operator._resume_meters = (own or {}).get("meters")
+        self._call_done_base = primary["call_done"]
+        self.first_step_wall = None
+
+    def take_commit(self, step: int) -> Optional[Dict[str, Any]]:
+        """The pending in-epoch commit if it is for ``step`` (called from the control thread)."""
+        pending = self._pending_commit
+        return pending if pending is not None and pending["step"] == step else None
+
+    def progress(self) -> Dict[str, Any]:
+        """Liveness report for the driver's hang detection (control thread)."""
+        pending = self._pending_commit
+        return {"steps": self._passes.steps if self._passes else 0,
+                "idle_s": time.monotonic() - self._last_progress,
+                "pending_commit": pending["step"] if pending else None,
+                "first_step_wall": self.first_step_wall, "where": self._where()}
+
+    def _begin_call(self) -> None:
+        self._thread = threading.get_ident()
+        self._last_progress = time.monotonic()
+
+    def _before_batch(self, done: int) -> None:
+        self._last_progress = time.monotonic()
+        self._note_first_step(done)
+        call_done = self._call_done_base + done
+        if self.commit_every and done and self._passes.steps % self.commit_every == 0:
+            self._pending_commit = self.snapshot(call_done)
+
+    def _note_first_step(self, done: int) -> None:
+        if done and self.first_step_wall is None:
+            self.first_step_wall = time.time()
+
+    def _ticking(self, iterable):
+        for item in iterable:
+            self._last_progress = time.monotonic()
+            yield item
+
+    def _where(self) -> str:
+        frame = sys._current_frames().get(self._thread) if self._thread else None
+        if frame is None:
+            return "idle"
+        last = traceback.extract_stack(frame)[-1]
+        return f"{last.filename}:{last.lineno} in {last.name}"
 
     # ----------------------------------------------------------------- misc
     def apply(self, fn: Callable[[], Any]) -> Any:

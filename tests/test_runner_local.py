@@ -264,3 +264,56 @@ def test_loss_creator_may_take_config():
     assert isinstance(runner.operator.criterion, nn.L1Loss)
     assert runner.operator.validation_loader is None
     assert runner.train_epoch()["batch_count"] == 4
+
+
+class DropoutOperator(LinearOperator):
+    """Draws from torch, numpy and python RNGs every batch, so resume must restore them."""
+
+    def setup(self, config):
+        super().setup(config)
+        self.dropout = nn.Dropout(0.5)
+
+    def train_batch(self, batch, batch_info):
+        import random
+
+        import numpy as np
+
+        features, target = batch
+        noise = float(np.random.rand()) + random.random()
+        output = self.model(self.dropout(features) + noise * 0.01)
+        loss = self.criterion(output, target)
+        self.optimizer.zero_grad()
+        self.backward(loss)
+        self.step(self.optimizer)
+        return {"train_loss": loss.item(), "num_samples": target.size(0)}
+
+
+def test_commit_mid_call_and_resume_gives_identical_weights_and_metrics():
+    config = {BATCH_SIZE: 50, "shuffle": True}
+    reference = make_runner(DropoutOperator, config)
+    reference.commit_every = 7
+    reference.train_epoch()
+    expected = reference.train_epoch()  # 20 batches; commits at steps 21, 28, 35
+    commit = reference._pending_commit
+    assert commit["step"] == 35 and commit["call_done"] == 15
+
+    resumed = make_runner(DropoutOperator, dict(config, seed=123))
+    resumed.restore(commit, commit)
+    result = resumed.train_epoch(resume=True)
+    assert result["epoch"] == expected["epoch"] == 2
+    assert result["batch_count"] == expected["batch_count"] == 20  # meters came with the commit
+    assert result["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-12)
+    for a, b in zip(linear_weights(resumed), linear_weights(reference)):
+        assert torch.equal(a, b)
+    assert resumed.first_step_wall is not None
+
+
+def test_resumed_num_steps_call_runs_only_the_remainder():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100})
+    runner.commit_every = 4
+    runner.train_epoch(num_steps=6)  # commit at step 4, call_done 4
+    commit = runner._pending_commit
+    fresh = make_runner(LinearOperator, {BATCH_SIZE: 100})
+    fresh.restore(commit, commit)
+    assert fresh.train_epoch(num_steps=6 - commit["call_done"], resume=True)["batch_count"] == 6
+    assert fresh._passes.steps == runner._passes.steps == 6

@@ -1,0 +1,110 @@
+"""The workloads every variant trains: same model, data, batch and epochs.
+
+Data is synthetic and in memory (seeded, so every process builds the same
+tensors). ``batch_size`` is the *global* batch: 2-worker variants give each
+worker half of it, single-process variants use all of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from raysgd.torch.resnet import BasicBlock
+
+MODES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model + synthetic data set + schedule; everything a variant needs."""
+
+    name: str
+    make_model: Callable[[], nn.Module]
+    input_shape: Tuple[int, ...]
+    num_samples: int
+    batch_size: int
+    epochs: int
+    lr: float = 0.05
+    num_classes: int = 10
+
+    def __post_init__(self):
+        if self.num_samples % self.batch_size or self.batch_size % 2:
+            raise ValueError(f"{self.name}: num_samples must be a multiple of an even batch_size")
+        if self.epochs < 2:
+            raise ValueError(f"{self.name}: needs >= 2 epochs (the first one is warm-up)")
+
+    def dataset(self) -> TensorDataset:
+        gen = torch.Generator().manual_seed(0)
+        features = torch.randn((self.num_samples, *self.input_shape), generator=gen)
+        labels = torch.randint(0, self.num_classes, (self.num_samples,), generator=gen)
+        return TensorDataset(features, labels)
+
+    def loader(self, batch_size: int) -> DataLoader:
+        """A shuffling loader over the whole data set (variants shard it themselves)."""
+        return DataLoader(self.dataset(), batch_size=batch_size, shuffle=True)
+
+    def model(self) -> nn.Module:
+        torch.manual_seed(0)
+        return self.make_model()
+
+    def optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=0.9)
+
+    @staticmethod
+    def criterion() -> nn.Module:
+        return nn.CrossEntropyLoss()
+
+
+def mlp(width: int, depth: int, in_features: int, num_classes: int = 10) -> nn.Sequential:
+    """``depth`` hidden Linear+ReLU layers of ``width`` units."""
+    layers, size = [], in_features
+    for _ in range(depth):
+        layers += [nn.Linear(size, width), nn.ReLU()]
+        size = width
+    layers.append(nn.Linear(size, num_classes))
+    return nn.Sequential(*layers)
+
+
+class SmallResNet(nn.Module):
+    """A CIFAR-shaped ResNet with one BasicBlock per stage (16/32/64 channels)."""
+
+    def __init__(self, widths=(16, 32, 64), num_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU())
+        stages, in_planes = [], widths[0]
+        for index, planes in enumerate(widths):
+            stages.append(BasicBlock(in_planes, planes, stride=1 if index == 0 else 2))
+            in_planes = planes
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(in_planes, num_classes))
+
+    def forward(self, x):
+        return self.head(self.stages(self.stem(x)))
+
+
+_WORKLOADS: Dict[Tuple[str, str], Workload] = {
+    ("mlp", "quick"): Workload("mlp", lambda: mlp(128, 2, 64), (64,),
+                               num_samples=2048, batch_size=256, epochs=2),
+    ("mlp", "full"): Workload("mlp", lambda: mlp(1024, 2, 512), (512,),
+                              num_samples=16384, batch_size=256, epochs=4),
+    ("resnet", "quick"): Workload("resnet", SmallResNet, (3, 32, 32),
+                                  num_samples=256, batch_size=64, epochs=2),
+    ("resnet", "full"): Workload("resnet", SmallResNet, (3, 32, 32),
+                                 num_samples=2048, batch_size=64, epochs=3),
+}
+
+NAMES = sorted({name for name, _ in _WORKLOADS})
+
+
+def get_workload(name: str, mode: str) -> Workload:
+    """The workload ``name`` (``mlp`` or ``resnet``) sized for ``mode`` (quick/full)."""
+    try:
+        return _WORKLOADS[(name, mode)]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}/{mode!r}; choose from {sorted(_WORKLOADS)}")
