@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast bench bench-quick clean
 
 install: $(STAMP)
 
@@ -30,3 +30,9 @@ test-fast: install
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+bench: install
+	$(PY) -m bench
+
+bench-quick: install
+	$(PY) -m bench --quick

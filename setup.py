@@ -9,7 +9,7 @@ setup(
     install_requires=[
         # A range 2.13 satisfies; install torch first (see Makefile) to keep it CPU-sized.
         "torch>=2.1,<3",
-        "ray>=2.9",
+        "ray[tune]>=2.9",
         "filelock",
         "tabulate",
         "tqdm",
@@ -18,6 +18,6 @@ setup(
     extras_require={
         "tune": ["ray[tune]>=2.9"],
         "demo": ["scikit-learn"],
-        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[tune]>=2.9"],
+        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train]>=2.9"],
     },
 )

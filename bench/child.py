@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from bench import RESULT_MARKER, T0_ENV
-from bench.workloads import MODES, NAMES, Workload, get_workload
+from bench.workloads import MODES, NAMES, Workload
 
 
 def parse_args(description: str, extra=None) -> argparse.Namespace:

@@ -1,7 +1,8 @@
 """The workloads every variant trains: same model, data, batch and epochs.
 
 Data is synthetic and in memory (seeded, so every process builds the same
-tensors). ``batch_size`` is the *global* batch: 2-worker variants give each
+tensors). This module imports only torch: importing ``raysgd`` would import Ray
+and charge its start-up to the baseline variants. ``batch_size`` is the *global* batch: 2-worker variants give each
 worker half of it, single-process variants use all of it.
 """
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Callable, Dict, Tuple
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from raysgd.torch.resnet import BasicBlock
 
 MODES = ("quick", "full")
 
@@ -69,8 +68,30 @@ def mlp(width: int, depth: int, in_features: int, num_classes: int = 10) -> nn.S
     return nn.Sequential(*layers)
 
 
+class ResidualBlock(nn.Module):
+    """Two 3x3 conv+BN layers plus a (projected when the shape changes) shortcut."""
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(planes), nn.ReLU(),
+            nn.Conv2d(planes, planes, 3, padding=1, bias=False), nn.BatchNorm2d(planes))
+        self.shortcut = nn.Identity()
+        if stride != 1 or in_planes != planes:
+            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
 class SmallResNet(nn.Module):
-    """A CIFAR-shaped ResNet with one BasicBlock per stage (16/32/64 channels)."""
+    """A CIFAR-shaped ResNet (3x32x32 in), one residual block per stage (16/32/64 channels).
+
+    ``raysgd.torch.resnet.ResNet18`` (64..512 channels) needs seconds per batch on one
+    CPU thread, too slow to run every variant several times.
+    """
 
     def __init__(self, widths=(16, 32, 64), num_classes: int = 10):
         super().__init__()
@@ -78,7 +99,7 @@ class SmallResNet(nn.Module):
                                   nn.BatchNorm2d(widths[0]), nn.ReLU())
         stages, in_planes = [], widths[0]
         for index, planes in enumerate(widths):
-            stages.append(BasicBlock(in_planes, planes, stride=1 if index == 0 else 2))
+            stages.append(ResidualBlock(in_planes, planes, stride=1 if index == 0 else 2))
             in_planes = planes
         self.stages = nn.Sequential(*stages)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),

@@ -16,6 +16,8 @@ from raysgd.errors import ConfigError
 SCHEDULER_STEP_FREQS = ("batch", "epoch", "manual", None)
 BACKENDS = ("auto", "gloo", "nccl")
 FP16_MODES = (False, True, "bf16", "apex")
+# In-epoch commit interval (batches); see bench/ for its measured cost.
+DEFAULT_COMMIT_EVERY = 50
 
 
 def apex_available() -> bool:
@@ -47,6 +49,7 @@ class WorkerSettings:
     use_tqdm: bool = False
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
+    commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
 
     def __post_init__(self):
         _check_choice("scheduler_step_freq", self.scheduler_step_freq, SCHEDULER_STEP_FREQS)
@@ -95,6 +98,14 @@ def check_num_workers(num_workers: Any) -> int:
             f"num_workers must be an integer >= 1, got {num_workers!r}. "
             "Use num_workers=1 (optionally with use_local=True) to debug in one process.")
     return int(num_workers)
+
+
+def check_commit_every(every: Any) -> Optional[int]:
+    if every is not None and (isinstance(every, bool) or not isinstance(every, numbers.Integral)
+                              or every < 1):
+        raise ConfigError(f"checkpoint_every_n_steps must be a positive integer or None (commit "
+                          f"only at train() boundaries), got {every!r}.")
+    return every
 
 
 def check_num_steps(num_steps: Any) -> None:

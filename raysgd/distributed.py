@@ -26,6 +26,15 @@ def create_store(host: str, world_size: int, timeout_s: float) -> dist.TCPStore:
                          wait_for_workers=False)
 
 
+def collective_timeout(timeout_s: float) -> float:
+    """Collectives time out well after the driver's hang detection (``timeout_s``).
+
+    The driver then always sees a hang as a hang and tears the group down
+    itself; a gloo timeout on a survivor would surface as a bare RuntimeError.
+    """
+    return 2 * timeout_s + 30
+
+
 def init_process_group(backend: str, rank: RankInfo, host: str, port: int,
                        timeout_s: float, store: Optional[dist.Store] = None) -> None:
     """Join the process group; rank 0 passes the store it created."""

@@ -75,6 +75,7 @@ class RecoveryPolicy:
         self.clock = clock
         self.rng = rng or random.Random()
         self._attempts = 0
+        self._max_retries = config.max_retries
         self._first_failure: Optional[float] = None
         self._last_resize = clock()
 
@@ -97,17 +98,24 @@ class RecoveryPolicy:
         if self._first_failure is None:
             self._first_failure = now
         self._attempts += 1
-        max_retries = getattr(self, "_max_retries", self.config.max_retries)
-        if self._attempts > max_retries:
-            return Decision(False, reason=f"max_retries={max_retries} recoveries used in this call")
+        if self._attempts > self._max_retries:
+            return Decision(False, reason=f"max_retries={self._max_retries} recoveries used in this call")
         wait = self.backoff_s(self._attempts)
         if now + wait - self._first_failure > self.config.budget_s:
             return Decision(False, reason=f"recovery time budget of {self.config.budget_s:g}s spent")
         return self._restart(placeable_workers, wait)
 
     def on_no_capacity(self, placeable_workers: int) -> Decision:
-        """Workers could not be placed: wait and look again (counts against the budget)."""
-        return self.on_failure(placeable_workers)
+        """A restart could not place its workers: look again after a backoff.
+
+        Waiting for capacity spends the time budget, not ``max_retries``.
+        """
+        now = self.clock()
+        wait = max(self.backoff_s(self._attempts + 1), self.config.backoff_base_s)
+        if now + wait - (self._first_failure or now) > self.config.budget_s:
+            return Decision(False, reason=f"no capacity within the recovery time budget of "
+                                          f"{self.config.budget_s:g}s")
+        return self._restart(placeable_workers, wait)
 
     def _restart(self, placeable: int, wait: float) -> Decision:
         count = min(self.num_workers, placeable)

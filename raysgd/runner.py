@@ -6,6 +6,7 @@ position in the train loader and the worker's full state.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 import sys
@@ -44,6 +45,9 @@ def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
     return state
 
 
+KEEP_COMMITS = 4
+
+
 class WorkerRunner:
     """Builds one operator and runs its train/validate hooks on request."""
 
@@ -61,7 +65,9 @@ class WorkerRunner:
         self._store = None
         self._passes: Optional[Passes] = None
         self.commit_every = commit_every
-        self._pending_commit: Optional[Dict[str, Any]] = None
+        # The last few in-epoch commits, by step: ranks reach a step at
+        # different moments, so the driver picks the newest one all ranks hold.
+        self._pending_commits: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
         self._call_done_base = 0
         self._last_progress = time.monotonic()
         self._thread: Optional[int] = None
@@ -76,7 +82,8 @@ class WorkerRunner:
     def setup_process_group(self, host: str, port: int) -> None:
         if self.rank.distributed:
             distributed.init_process_group(self.settings.backend, self.rank, host, port,
-                                           self.settings.timeout_s, store=self._store)
+                                           distributed.collective_timeout(self.settings.timeout_s),
+                                           store=self._store)
 
     def setup_operator(self) -> Dict[str, Any]:
         """Construct the operator (runs its ``setup``) and report what it registered."""
@@ -127,12 +134,31 @@ class WorkerRunner:
         iterator = self._ticking(operator.validation_loader)
         if num_steps is not None:
             iterator = itertools.islice(iterator, num_steps)
-        result = dict(operator.validate(iterator, info or {}) or {})
+        # Validation must not move the training RNGs (its loader draws a seed),
+        # so a run trains the same however often it validates, and a commit
+        # taken after train() is still exact after validate().
+        rng_before = rng.get_state()
+        try:
+            result = dict(operator.validate(iterator, info or {}) or {})
+        finally:
+            rng.set_state(rng_before)
         if profile:
             result["profile"] = {**operator.timers.stats(),
                                  "validation_s": time.perf_counter() - start}
         operator.timers = NULL_TIMERS
         return result
+
+    def train_and_commit(self, num_steps: Optional[int] = None, profile: bool = False,
+                         info: Optional[dict] = None, resume: bool = False):
+        """``train_epoch`` and the commit of its end state, returned together."""
+        metrics = self.train_epoch(num_steps, profile, info, resume)
+        header, snap = self.snapshot_pair()
+        return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
+
+    def snapshot_pair(self):
+        """A commit between calls: a small header and the snapshot."""
+        snap = self.snapshot()
+        return {"step": snap["step"], "call_done": 0}, snap
 
     def update_scheduler(self, metric: Any) -> None:
         for scheduler in self.operator._schedulers:
@@ -217,16 +243,14 @@ class WorkerRunner:
         self.first_step_wall = None
 
     def take_commit(self, step: int) -> Optional[Dict[str, Any]]:
-        """The pending in-epoch commit if it is for ``step`` (called from the control thread)."""
-        pending = self._pending_commit
-        return pending if pending is not None and pending["step"] == step else None
+        """The pending in-epoch commit for ``step``, if still held (control thread)."""
+        return self._pending_commits.get(step)
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""
-        pending = self._pending_commit
         return {"steps": self._passes.steps if self._passes else 0,
                 "idle_s": time.monotonic() - self._last_progress,
-                "pending_commit": pending["step"] if pending else None,
+                "pending_commits": list(self._pending_commits),
                 "first_step_wall": self.first_step_wall, "where": self._where()}
 
     def _begin_call(self) -> None:
@@ -238,7 +262,9 @@ class WorkerRunner:
         self._note_first_step(done)
         call_done = self._call_done_base + done
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
-            self._pending_commit = self.snapshot(call_done)
+            self._pending_commits[self._passes.steps] = self.snapshot(call_done)
+            while len(self._pending_commits) > KEEP_COMMITS:
+                self._pending_commits.popitem(last=False)
 
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:

@@ -10,13 +10,15 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd import checkpoint
-from raysgd.config import (BatchSplit, WorkerSettings, check_num_steps, check_num_workers,
-                           resolve_backend)
-from raysgd.errors import ConfigError, TrainerShutdownError, WorkerFailedError
+from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_commit_every,
+                           check_num_steps, check_num_workers, resolve_backend)
+from raysgd.errors import ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
+from raysgd.recovery import FailureConfig, RecoveryPolicy
+from raysgd.supervisor import Supervisor
 from raysgd.utils import BATCH_SIZE
-from raysgd.worker_group import WorkerGroup, cluster_gpus
+from raysgd.worker_group import WorkerGroup
 
 logger = logging.getLogger("raysgd")
 
@@ -63,7 +65,9 @@ class TorchTrainer:
     """Train a :class:`TrainingOperator` on ``num_workers`` processes with DDP.
 
     ``train()`` and ``validate()`` run one pass on every worker and return
-    metrics averaged over batches and workers (weighted by samples).
+    metrics averaged over batches and workers (weighted by samples). Worker
+    failures are recovered from the last commit (see the README's "Fault
+    tolerance"); exceptions raised by your own code are not retried.
     """
 
     def __init__(self, training_operator_cls: Optional[type] = None, *,
@@ -74,6 +78,8 @@ class TorchTrainer:
                  use_fp16: Union[bool, str] = False, use_tqdm: bool = False,
                  apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
                  scheduler_step_freq: Optional[str] = None, use_local: bool = False,
+                 checkpoint_every_n_steps: Optional[int] = DEFAULT_COMMIT_EVERY,
+                 min_workers: int = 1, failure_config: Optional[FailureConfig] = None,
                  placement_timeout_s: float = 60.0,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
@@ -89,58 +95,77 @@ class TorchTrainer:
             raise ConfigError(f"config must be a dict, got {type(config).__name__}.")
         self.config = dict(config or {})
         self.use_local = bool(use_local)
+        self._group_cls = _worker_group_cls
         use_gpu = self._resolve_gpu(use_gpu)
         self.settings = WorkerSettings(
             use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
-            num_cpus_per_worker=num_cpus_per_worker)
-        self._split_batch_size()
-        self._group = _worker_group_cls(
-            self.operator_cls, self._config_for_rank, self.settings, self.num_workers,
-            use_local=self.use_local, initialization_hook=initialization_hook,
-            placement_timeout_s=placement_timeout_s)
+            num_cpus_per_worker=num_cpus_per_worker,
+            commit_every=check_commit_every(checkpoint_every_n_steps))
+        failure_config = failure_config or FailureConfig(min_workers=min_workers)
+        self._global_batch = self._check_batch_size()
+        self._placement_timeout_s = placement_timeout_s
+        self._initialization_hook = initialization_hook
         self._closed_reason: Optional[str] = None
-        self._capabilities = self._group.start()
+        self._supervisor = Supervisor(
+            self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
+            timeout_s, local_ranks=1 if self.use_local else 0)
+        self._supervisor.start()
 
     # ------------------------------------------------------------- set-up
     def _resolve_gpu(self, use_gpu: Union[bool, str]) -> bool:
         if use_gpu not in ("auto", True, False):
             raise ConfigError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}.")
-        needs_cluster = self.num_workers > (1 if self.use_local else 0)
-        if use_gpu == "auto" or use_gpu is True:
-            gpus = cluster_gpus() if needs_cluster else _local_gpus()
-            if use_gpu is True and gpus < self.num_workers - (1 if self.use_local else 0):
-                raise ConfigError(f"use_gpu=True needs one GPU per worker ({self.num_workers}), but "
-                                  f"the cluster has {gpus:g}. Pass use_gpu=False to train on CPUs.")
-            return gpus > 0 if use_gpu == "auto" else True
-        return False
+        remote = self.num_workers - (1 if self.use_local else 0)
+        if use_gpu is False:
+            return False
+        gpus = self._group_cls.cluster_gpus() if remote else _local_gpus()
+        if use_gpu is True and gpus < max(remote, 1):
+            raise ConfigError(f"use_gpu=True needs one GPU per worker ({self.num_workers}), but "
+                              f"the cluster has {gpus:g}. Pass use_gpu=False to train on CPUs.")
+        return gpus > 0
 
-    def _split_batch_size(self) -> None:
+    def _check_batch_size(self) -> Optional[int]:
         if BATCH_SIZE not in self.config:
-            return
+            return None
         split = BatchSplit(self.config[BATCH_SIZE], self.num_workers)
         if not split.divides:
             warnings.warn(f"config[BATCH_SIZE]={split.global_batch} is not divisible by "
                           f"num_workers={self.num_workers}; using {split.per_worker} per worker, "
                           f"a global batch of {split.effective_global}.", stacklevel=3)
             self.config[BATCH_SIZE] = split.effective_global
-        self._per_worker_batch = split.per_worker
+        return self.config[BATCH_SIZE]
 
-    def _config_for_rank(self, rank: int) -> Dict[str, Any]:
+    def _make_group(self, count: int, recovering: bool):
+        """A worker group of ``count`` workers; the global batch is re-split among them."""
         config = dict(self.config)
-        if BATCH_SIZE in config:
-            config[BATCH_SIZE] = self._per_worker_batch
-        return config
+        if self._global_batch is not None:
+            split = BatchSplit(self._global_batch, count)
+            if not split.divides:
+                logger.warning("raysgd: BATCH_SIZE %d does not divide among %d worker(s); the "
+                               "global batch is %d until the group grows back",
+                               split.global_batch, count, split.effective_global)
+            config[BATCH_SIZE] = split.per_worker
+        # Recovery should not sit out a long placement wait: a smaller group may fit.
+        timeout = min(self._placement_timeout_s, 10.0) if recovering else self._placement_timeout_s
+        return self._group_cls(self.operator_cls, lambda rank: dict(config), self.settings, count,
+                               use_local=self.use_local, initialization_hook=self._initialization_hook,
+                               placement_timeout_s=timeout)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,
-              reduce_results: bool = True, max_retries: int = 3,
+              reduce_results: bool = True, max_retries: Optional[int] = None,
               info: Optional[Dict[str, Any]] = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
-        """Run one pass (or ``num_steps`` batches) of training on every worker."""
+        """Run one pass (or ``num_steps`` batches) of training on every worker.
+
+        Up to ``max_retries`` worker failures are recovered within this call
+        (None: ``failure_config.max_retries``, 3 by default; 0 raises at once).
+        """
         self._require("has_train_loader", "train()", "train_loader")
         check_num_steps(num_steps)
-        results = self._call("train_epoch", num_steps, profile, info)
+        results = self._guard("train_epoch", lambda: self._supervisor.train(
+            num_steps, profile, info, max_retries))
         return reduce_worker_results(results) if reduce_results else results
 
     def validate(self, num_steps: Optional[int] = None, profile: bool = False,
@@ -149,25 +174,30 @@ class TorchTrainer:
         """Evaluate on the validation loader of every worker."""
         self._require("has_validation_loader", "validate()", "validation_loader")
         check_num_steps(num_steps)
-        results = self._call("validate", num_steps, profile, info)
+        results = self._call("validate", num_steps, profile, info, watched=True)
         return reduce_worker_results(results) if reduce_results else results
 
     def update_scheduler(self, metric: Any) -> None:
         """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""
-        self._call("update_scheduler", metric)
+        self._call("update_scheduler", metric, mutates=True)
 
     def apply_all_workers(self, fn: Callable[[], Any]) -> List[Any]:
         """Run ``fn()`` in every worker process; results in rank order."""
-        return self._call("apply", fn, abort_on_failure=False)
+        return self._call("apply", fn, abort_on_failure=False, mutates=True)
 
     def apply_all_operators(self, fn: Callable[[TrainingOperator], Any]) -> List[Any]:
         """Run ``fn(operator)`` on every worker's operator; results in rank order."""
-        return self._call("apply_operator", fn, abort_on_failure=False)
+        return self._call("apply_operator", fn, abort_on_failure=False, mutates=True)
+
+    @property
+    def recovery_stats(self):
+        """Failures seen, recoveries, steps lost, recovery times, worker count, resizes."""
+        return self._supervisor.stats
 
     # ------------------------------------------------------------- models
     def get_model(self, to_cpu: bool = False):
         """Rank 0's model(s), unwrapped from DDP; a list when several were registered."""
-        models = self._group_or_raise().execute_single(0, "get_models", to_cpu)
+        models = self._call("get_models", to_cpu, rank=0)
         return models[0] if len(models) == 1 else models
 
     def get_local_operator(self) -> TrainingOperator:
@@ -175,18 +205,20 @@ class TorchTrainer:
         if not self.use_local:
             raise ConfigError("get_local_operator() needs TorchTrainer(use_local=True); otherwise "
                               "use apply_all_operators(fn) to reach the remote operators.")
-        return self._group_or_raise().local_runner.operator
+        return self._group().local_runner.operator
 
     # -------------------------------------------------------------- state
     def state_dict(self) -> Dict[str, Any]:
         """Models (unwrapped), optimizers, schedulers, epoch and operator state, on CPU."""
-        return self._group_or_raise().execute_single(0, "state_dict")
+        return self._call("state_dict", rank=0)
 
     def load_state_dict(self, state: Dict[str, Any], blocking: bool = False) -> None:
         """Load ``state`` into every worker. Always waits, so errors are never lost;
         ``blocking`` is accepted for compatibility."""
-        group = self._group_or_raise()
-        self._call("load_state_dict", group.put(state))
+        # Nothing is half-applied by a failed load (it has no collectives), so
+        # the workers stay up and the error is just raised.
+        self._call("load_state_dict", self._group().put(state), abort_on_failure=False,
+                   mutates=True)
 
     def save(self, checkpoint_path: str) -> str:
         """Write the state to ``checkpoint_path`` atomically; returns the path."""
@@ -194,13 +226,13 @@ class TorchTrainer:
 
     def load(self, checkpoint_path: str) -> None:
         """Load a file written by :meth:`save` (tensors and plain containers only)."""
+        self._group()
         self.load_state_dict(checkpoint.load(checkpoint_path))
 
     def shutdown(self, force: bool = False) -> None:
         """Stop the workers; every later call raises :class:`TrainerShutdownError`."""
-        if self._group is not None:
-            group, self._group = self._group, None
-            group.shutdown(force=force)
+        if self._supervisor.group is not None:
+            self._supervisor.shutdown(force=force)
         self._closed_reason = self._closed_reason or "shutdown() was called"
 
     def __enter__(self) -> "TorchTrainer":
@@ -217,29 +249,35 @@ class TorchTrainer:
         return as_trainable(cls, *args, **kwargs)
 
     # ------------------------------------------------------------ helpers
-    def _group_or_raise(self) -> WorkerGroup:
-        if self._group is None:
+    def _group(self):
+        if self._supervisor.group is None:
             raise TrainerShutdownError(
                 f"This TorchTrainer has no workers ({self._closed_reason}); create a new "
                 "TorchTrainer, and load a checkpoint if you saved one.")
-        return self._group
+        return self._supervisor.group
 
     def _require(self, capability: str, call: str, loader: str) -> None:
-        self._group_or_raise()
-        missing = [rank for rank, caps in enumerate(self._capabilities) if not caps[capability]]
+        self._group()
+        capabilities = self._supervisor.capabilities
+        missing = [rank for rank, caps in enumerate(capabilities) if not caps[capability]]
         if missing:
             raise ConfigError(f"{call} needs a {loader}, but {self.operator_cls.__name__}.setup() "
                               f"registered none on rank(s) {missing}; call "
                               f"self.register_data({loader}=...) in setup().")
 
-    def _call(self, method: str, *args, abort_on_failure: bool = True) -> List[Any]:
-        group = self._group_or_raise()
+    def _call(self, method: str, *args, abort_on_failure: bool = True, **options):
+        self._group()
+        return self._guard(method, lambda: self._supervisor.call(
+            method, *args, abort_on_failure=abort_on_failure, **options), abort_on_failure)
+
+    def _guard(self, method: str, run: Callable[[], Any], abort_on_failure: bool = True):
+        """Run ``run``; if it fails for good, stop the workers (a collective may be half done)."""
+        self._group()
         try:
-            return group.execute(method, *args, abort_on_failure=abort_on_failure)
+            return run()
         except BaseException as exc:
-            if abort_on_failure:  # a collective may be half done: the group is unusable
-                group.shutdown(force=True)
-                self._group = None
+            if abort_on_failure:
+                self._supervisor.shutdown(force=True)
                 self._closed_reason = f"the workers were stopped after {type(exc).__name__} in {method}"
             raise
 

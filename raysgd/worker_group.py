@@ -15,14 +15,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raysgd import placement
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.distributed import local_ranks
-from raysgd.errors import RankFailure, ResourcesUnavailableError, WorkerFailedError
+from raysgd.errors import RankFailure
 from raysgd.failures import primary_failure
+from raysgd.health import Commit, HealthMonitor
 from raysgd.runner import WorkerRunner
+from raysgd.watch import CallWatch
 
 logger = logging.getLogger("raysgd")
 
@@ -58,8 +61,26 @@ class _WorkerActor:
             exc.add_note(f"[raysgd] raised on rank {self.rank} (pid {os.getpid()})")
             raise
 
+    # Two results: a small header the driver reads and a snapshot it only
+    # holds a reference to (the snapshot stays in the object store).
+    @ray.method(num_returns=2)
+    def execute_pair(self, method: str, *args):
+        return self.execute(method, *args)
 
-_RemoteWorker = ray.remote(_WorkerActor)
+    # Control methods run in their own thread, beside a running train_epoch.
+    @ray.method(concurrency_group="control")
+    def progress(self) -> Dict[str, Any]:
+        return self.runner.progress() if self.runner else {"steps": 0, "idle_s": 0.0}
+
+    @ray.method(concurrency_group="control", num_returns=2)
+    def take_commit(self, step: int):
+        snap = self.runner.take_commit(step)
+        return (snap["call_done"] if snap else None), snap
+
+
+_RemoteWorker = ray.remote(concurrency_groups={"control": 1})(_WorkerActor)
+
+POLL_S = 0.25  # how often a monitored call checks health and collects commits
 
 
 class WorkerGroup:
@@ -128,18 +149,9 @@ class WorkerGroup:
         return bundle
 
     def _reserve(self) -> None:
-        ensure_ray()
-        check_can_ever_place(self._bundle(), self.num_remote)
-        self._pg = placement_group([self._bundle()] * self.num_remote, strategy="PACK")
-        ready, _ = ray.wait([self._pg.ready()], timeout=self.placement_timeout_s)
-        if not ready:
-            remove_placement_group(self._pg)
-            self._pg = None
-            raise ResourcesUnavailableError(
-                f"Could not place {self.num_remote} worker(s) of {self._bundle()} within "
-                f"{self.placement_timeout_s:.0f}s; available now: {_resources(ray.available_resources())}, "
-                f"cluster total: {_resources(ray.cluster_resources())}. Free resources, lower "
-                "num_workers/num_cpus_per_worker, or raise placement_timeout_s.")
+        placement.ensure_ray()
+        placement.check_can_ever_place(self._bundle(), self.num_remote)
+        self._pg = placement.reserve(self._bundle(), self.num_remote, self.placement_timeout_s)
 
     def _new_actor(self, index: int):
         bundle = self._bundle()
@@ -151,7 +163,8 @@ class WorkerGroup:
         local = local_ranks([info["node_id"] for info in infos])
         kwargs = [{"operator_cls": self.operator_cls, "config": self.config_for_rank(rank),
                    "settings": self.settings,
-                   "rank": RankInfo(rank, local[rank], self.num_workers)}
+                   "rank": RankInfo(rank, local[rank], self.num_workers),
+                   "commit_every": self.settings.commit_every}
                   for rank in range(self.num_workers)]
         remote_kwargs = kwargs[1:] if self.use_local else kwargs
         refs = [actor.start.remote(self.initialization_hook,
@@ -164,13 +177,18 @@ class WorkerGroup:
         self._get(refs, offset=1 if self.use_local else 0)
 
     # ---------------------------------------------------------------- fan-out
-    def execute(self, method: str, *args, abort_on_failure: bool = True, **kwargs) -> List[Any]:
-        """Call ``runner.method(*args)`` on every rank; results in rank order."""
+    def execute(self, method: str, *args, abort_on_failure: bool = True,
+                watch: Optional[CallWatch] = None, **kwargs) -> List[Any]:
+        """Call ``runner.method(*args)`` on every rank; results in rank order.
+
+        With a ``watch`` the call is health-checked and collects in-epoch commits.
+        """
         return self.execute_per_rank(method, [args] * self.num_workers,
-                                     abort_on_failure=abort_on_failure, **kwargs)
+                                     abort_on_failure=abort_on_failure, watch=watch, **kwargs)
 
     def execute_per_rank(self, method: str, args_per_rank: Sequence[tuple],
-                         abort_on_failure: bool = True, **kwargs) -> List[Any]:
+                         abort_on_failure: bool = True, watch: Optional[CallWatch] = None,
+                         **kwargs) -> List[Any]:
         offset = 1 if self.use_local else 0
         refs = [actor.execute.remote(method, *args_per_rank[i + offset], **kwargs)
                 for i, actor in enumerate(self.actors)]
@@ -178,7 +196,7 @@ class WorkerGroup:
         if self.local_runner is not None:
             args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args_per_rank[0]]
             local_future = self._run_local(getattr(self.local_runner, method), *args, **kwargs)
-        return self._gather(refs, offset, local_future, abort_on_failure)
+        return self._gather(refs, offset, local_future, abort_on_failure, watch)
 
     def put(self, obj: Any) -> Any:
         """Store ``obj`` once so every remote worker reads the same copy."""
@@ -190,6 +208,52 @@ class WorkerGroup:
         actor = self.actors[rank - (1 if self.use_local else 0)]
         return self._get([actor.execute.remote(method, *args, **kwargs)], offset=rank,
                          abort_on_failure=False)[0]
+
+    # --------------------------------------------------------------- commits
+    def execute_pair(self, method: str, *args, watch: Optional[CallWatch] = None):
+        """Call a runner method returning (header, snapshot) on every rank.
+
+        Returns the headers and a :class:`Commit` of the snapshots, which stay
+        in the object store (owned by the driver, not on its heap).
+        """
+        pairs = [actor.execute_pair.remote(method, *args) for actor in self.actors]
+        local_future = None
+        if self.local_runner is not None:
+            local_future = self._run_local(getattr(self.local_runner, method), *args)
+        offset = 1 if self.local_runner is not None else 0
+        headers = self._gather([h for h, _ in pairs], offset, local_future, True, watch)
+        snapshots = [snap for _, snap in pairs]
+        if self.local_runner is not None:
+            headers[0], local_snap = headers[0]
+            snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
+        return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
+                               snapshots)
+
+    def snapshot(self) -> Commit:
+        """Commit now, between calls."""
+        return self.execute_pair("snapshot_pair")[1]
+
+    def restore(self, commit: Commit) -> None:
+        """Load ``commit`` into every rank (each its own part when the size is unchanged)."""
+        same_size = commit.world_size == self.num_workers
+        args = [(commit.snapshots[0], commit.snapshots[rank] if same_size else None)
+                for rank in range(self.num_workers)]
+        self.execute_per_rank("restore", args)
+        logger.info("raysgd: restored the commit of step %d on %d worker(s)", commit.step,
+                    self.num_workers)
+
+    def watch(self, timeout_s: float, committed_step: int, on_commit=None) -> CallWatch:
+        return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step, on_commit)
+
+    def placeable_workers(self, want: int = 0) -> int:
+        """Workers of this group's shape that fit in the cluster now (remote ones)."""
+        if not ray.is_initialized():
+            return 0
+        return placement.placeable_workers(self._bundle(), want=want)
+
+    @staticmethod
+    def cluster_gpus() -> float:
+        return placement.cluster_gpus()
 
     def _run_local(self, fn: Callable, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -208,29 +272,44 @@ class WorkerGroup:
     def _get(self, refs: list, offset: int, abort_on_failure: bool = True) -> List[Any]:
         return self._gather(refs, offset, None, abort_on_failure)[offset:]
 
-    def _gather(self, refs: list, offset: int, local_future, abort_on_failure: bool) -> List[Any]:
+    def _gather(self, refs: list, offset: int, local_future, abort_on_failure: bool,
+                watch: Optional[CallWatch] = None) -> List[Any]:
         results: List[Any] = [None] * (len(refs) + offset)
         failures: List[RankFailure] = []
         pending = {ref: i + offset for i, ref in enumerate(refs)}
+        polling = local_future is not None or watch is not None
         while pending and not failures:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5 if local_future else None)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S if polling else None)
             for ref in ready:
                 self._collect(ref, pending.pop(ref), results, failures)
             if local_future is not None and local_future.done():
                 self._collect_local(local_future, results, failures)
                 local_future = None
+            if watch is not None and not failures:
+                watch.tick()
         if failures and abort_on_failure:
             # Survivors may be stuck in a collective: take what arrives within
             # the grace period; the caller tears the group down.
             self._collect_stragglers(pending, local_future, results, failures)
+            self._probe_liveness(failures)
         elif failures:
             for ref, rank in pending.items():
                 self._collect(ref, rank, results, failures)
         if local_future is not None and not failures:
-            self._collect_local(local_future, results, failures, wait=True)
+            self._wait_local(local_future, watch, results, failures)
         if failures:
             raise primary_failure(failures)
         return results
+
+    def _wait_local(self, future, watch, results, failures) -> None:
+        while watch is not None and not future.done():
+            try:
+                future.result(timeout=POLL_S)
+            except concurrent.futures.TimeoutError:
+                watch.tick()
+            except BaseException:  # noqa: BLE001 - collected just below
+                break
+        self._collect_local(future, results, failures, wait=True)
 
     def _collect(self, ref, rank: int, results: list, failures: List[RankFailure]) -> None:
         try:
@@ -263,6 +342,23 @@ class WorkerGroup:
             except BaseException as exc:  # noqa: BLE001
                 failures.append(RankFailure(0, exc))
 
+    def _probe_liveness(self, failures: List[RankFailure]) -> None:
+        """Group state: a worker that died makes every other error its consequence.
+
+        Death notices can lag behind the survivors' collective errors, so ask
+        each worker directly (its control thread answers even mid-collective).
+        """
+        offset = 1 if self.use_local else 0
+        known = {f.rank for f in failures if f.died}
+        probes = {actor.progress.remote(): i + offset for i, actor in enumerate(self.actors)
+                  if i + offset not in known}
+        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=FAILURE_GRACE_S * 2)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError as err:
+                failures.append(RankFailure(probes[ref], err, str(err), died=True))
+
     # --------------------------------------------------------------- shutdown
     def shutdown(self, force: bool = False) -> None:
         """Stop every worker; with ``force`` kill them without a clean teardown."""
@@ -284,35 +380,3 @@ class WorkerGroup:
             remove_placement_group(self._pg)
             self._pg = None
 
-
-def _resources(resources: Dict[str, float]) -> Dict[str, float]:
-    return {k: v for k, v in resources.items() if k in ("CPU", "GPU", "memory") or k.startswith("TPU")}
-
-
-def check_can_ever_place(bundle: Dict[str, float], count: int) -> None:
-    """Fail at once when the cluster could never hold ``count`` bundles."""
-    total = ray.cluster_resources()
-    for key, amount in bundle.items():
-        if amount * count > total.get(key, 0):
-            raise ResourcesUnavailableError(
-                f"Requested {count} worker(s) with {bundle} each ({key}: {amount * count:g} in all), "
-                f"but the whole cluster has {key}: {total.get(key, 0):g}. Lower num_workers or "
-                "num_cpus_per_worker, set use_gpu=False, or add nodes.")
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    if nodes and not any(all(n.get(k, 0) >= v for k, v in bundle.items()) for n in nodes):
-        raise ResourcesUnavailableError(
-            f"No node can hold one worker of {bundle}; the largest nodes have "
-            f"{[_resources(n) for n in nodes]}. Lower num_cpus_per_worker.")
-
-
-def ensure_ray() -> None:
-    """Start an embedded local Ray unless the user already called ``ray.init``."""
-    if not ray.is_initialized():
-        logger.info("raysgd: ray.init() with defaults (call ray.init(address='auto') "
-                    "first to join a cluster)")
-        ray.init()
-
-
-def cluster_gpus() -> float:
-    ensure_ray()
-    return ray.cluster_resources().get("GPU", 0.0)

@@ -194,3 +194,45 @@ class SlowOperator(LinearOperator):
 
         time.sleep(self.config.get("sleep_s", 0.05))
         return super().train_batch(batch, batch_info)
+
+
+class FaultyOperator(TrainingOperator):
+    """Shuffled data, dropout and numpy noise: a resume is exact only if every RNG,
+    the sampler epoch and the data position come back. Writes its pid to
+    ``config['pid_dir']`` so a test can kill it; sleeps ``sleep_s`` per batch."""
+
+    def setup(self, config):
+        torch.manual_seed(0)
+        np.random.seed(self.world_rank)  # a fresh process's numpy RNG is seeded from the OS
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(config.get("data_size", 512), 8, generator=g)
+        y = (x.sum(dim=1, keepdim=True) > 0).float()
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        self.model, self.optimizer, self.criterion = self.register(
+            models=model, optimizers=optimizer, criterion=nn.BCEWithLogitsLoss())
+        self.register_data(train_loader=DataLoader(TensorDataset(x, y), batch_size=config[BATCH_SIZE],
+                                                   shuffle=True),
+                           validation_loader=DataLoader(TensorDataset(x, y), batch_size=64))
+        pid_dir = config.get("pid_dir")
+        if pid_dir:
+            with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+    def train_batch(self, batch, batch_info):
+        import time
+
+        time.sleep(self.config.get("sleep_s", 0.0))
+        pid_dir = self.config.get("pid_dir")
+        if pid_dir and self.world_rank == 0:  # lets a test kill at a chosen step
+            with open(os.path.join(pid_dir, "step.tmp"), "w") as handle:
+                handle.write(str(batch_info["global_step"]))
+            os.replace(os.path.join(pid_dir, "step.tmp"), os.path.join(pid_dir, "step"))
+        hang_flag = self.config.get("hang_once_flag")
+        if hang_flag and self.world_rank == 1 and batch_info["global_step"] == 5 \
+                and not os.path.exists(hang_flag):
+            open(hang_flag, "w").close()
+            time.sleep(3600)  # hangs once; the recovered run passes this step
+        features, target = batch
+        features = features + 0.01 * torch.from_numpy(np.random.rand(*features.shape).astype("float32"))
+        return super().train_batch((features, target), batch_info)

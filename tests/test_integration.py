@@ -245,23 +245,23 @@ def test_manual_scheduler_update(trainer_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_local", [False, True])
-def test_a_killed_worker_raises_worker_failed_error_without_hanging(trainer_factory, use_local):
+def test_a_killed_worker_with_max_retries_0_raises_the_typed_error(trainer_factory, use_local):
     import signal
     import threading
     import time
 
     from operators_for_tests import SlowOperator
-    from raysgd.errors import WorkerFailedError
+    from raysgd.errors import RetriesExhaustedError
 
     trainer = trainer_factory(SlowOperator, use_local=use_local, timeout_s=120,
                               config={BATCH_SIZE: 20, "sleep_s": 0.05})
     victim = trainer.apply_all_workers(os.getpid)[1]
     threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
     started = time.monotonic()
-    with pytest.raises(WorkerFailedError) as info:
-        trainer.train()
+    with pytest.raises(RetriesExhaustedError) as info:
+        trainer.train(max_retries=0)
     assert time.monotonic() - started < 30  # not the 120 s process-group timeout
-    assert 1 in info.value.ranks
+    assert 1 in info.value.ranks and "max_retries=0" in str(info.value)
     assert any(f.died for f in info.value.failures if f.rank == 1)
     with pytest.raises(TrainerShutdownError):
         trainer.train()

@@ -93,3 +93,14 @@ def test_invalid_config(kwargs):
 def test_min_workers_above_num_workers():
     with pytest.raises(ConfigError, match="min_workers=3"):
         RecoveryPolicy(FailureConfig(min_workers=3), 2)
+
+
+def test_waiting_for_capacity_spends_the_budget_not_the_retries():
+    p, clock = policy(max_retries=1, backoff_base_s=2, backoff_cap_s=2, jitter=0, budget_s=9)
+    assert p.on_failure(0).num_workers == 0  # nothing placeable: wait
+    for _ in range(4):
+        decision = p.on_no_capacity(0)
+        assert decision.retry and decision.wait_s == 2
+        clock.now += 2
+    assert not p.on_no_capacity(0).retry  # 8 s spent + a 2 s wait > the 9 s budget
+    assert p.on_no_capacity(2).retry is False

@@ -5,7 +5,8 @@ import pytest
 
 from operators_for_tests import LinearOperator
 from raysgd import TorchTrainer
-from raysgd.errors import ConfigError, RankFailure, TrainerShutdownError, WorkerFailedError
+from raysgd.errors import (ConfigError, RankFailure, RetriesExhaustedError, TrainerShutdownError,
+                           WorkerFailedError)
 from raysgd.torch.examples import train_example
 from raysgd.utils import BATCH_SIZE
 
@@ -14,6 +15,8 @@ class FakeWorkerGroup:
     """Stands in for WorkerGroup; answers each method from ``responses``."""
 
     instances = []
+    train_script = []  # responses to train_epoch, consumed across group instances
+    placeable_script = []
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
                  initialization_hook=None, placement_timeout_s=60.0):
@@ -21,15 +24,19 @@ class FakeWorkerGroup:
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None
         self.capabilities = {"has_train_loader": True, "has_validation_loader": True, "num_models": 1}
-        self.responses = {}
+        self.responses = {"progress": [{"steps": 0, "first_step_wall": None}] * num_workers}
+        self.placeable = num_workers
         FakeWorkerGroup.instances.append(self)
 
     def start(self):
         return [dict(self.capabilities) for _ in range(self.num_workers)]
 
-    def execute(self, method, *args, abort_on_failure=True):
+    def execute(self, method, *args, abort_on_failure=True, watch=None):
         self.calls.append((method, args))
-        response = self.responses.get(method, [None] * self.num_workers)
+        if method == "train_epoch" and FakeWorkerGroup.train_script:
+            response = FakeWorkerGroup.train_script.pop(0)
+        else:
+            response = self.responses.get(method, [None] * self.num_workers)
         if isinstance(response, BaseException):
             raise response
         return response
@@ -39,6 +46,37 @@ class FakeWorkerGroup:
 
     def put(self, obj):
         return obj
+
+    def execute_pair(self, method, *args, watch=None):
+        from raysgd.health import Commit
+
+        if method == "train_and_commit":
+            metrics = self.execute("train_epoch", *args)
+            headers = [{"step": 0, "call_done": 0, "metrics": m, "first_step_wall": None}
+                       for m in metrics]
+        else:
+            headers = [{"step": 0, "call_done": 0}] * self.num_workers
+        return headers, Commit(0, 0, self.num_workers, ["snap"] * self.num_workers)
+
+    def snapshot(self):
+        return self.execute_pair("snapshot_pair")[1]
+
+    def restore(self, commit):
+        self.calls.append(("restore", (commit,)))
+
+    def watch(self, timeout_s, committed_step, on_commit=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(monitor=SimpleNamespace(reports={}))
+
+    def placeable_workers(self, want=0):
+        if FakeWorkerGroup.placeable_script:
+            return FakeWorkerGroup.placeable_script.pop(0)
+        return self.placeable
+
+    @staticmethod
+    def cluster_gpus():
+        return 0.0
 
     def shutdown(self, force=False):
         self.shut = True
@@ -58,7 +96,7 @@ def test_train_reduces_worker_results_weighted_by_samples():
         {"epoch": 1, "num_samples": 30, "batch_count": 3, "train_loss": 2.0}]
     result = trainer.train(num_steps=5, profile=True, info={"a": 1})
     assert result["train_loss"] == pytest.approx(1.75) and result["num_samples"] == 40
-    assert group.calls[-1] == ("train_epoch", (5, True, {"a": 1}))
+    assert group.calls[-1] == ("train_epoch", (5, True, {"a": 1}, False))
     assert trainer.train(reduce_results=False) == group.responses["train_epoch"]
 
 
@@ -80,8 +118,7 @@ def test_user_config_is_not_mutated():
 
 def test_missing_loader_fails_on_the_driver_without_calling_workers():
     trainer, group = make()
-    group_caps = group.capabilities
-    trainer._capabilities = [dict(group_caps, has_validation_loader=False)] * 2
+    trainer._supervisor.capabilities = [dict(group.capabilities, has_validation_loader=False)] * 2
     with pytest.raises(ConfigError, match="validation_loader"):
         trainer.validate()
     assert not any(call[0] == "validate" for call in group.calls)
@@ -94,15 +131,16 @@ def test_bad_num_steps_is_rejected_on_the_driver():
             trainer.train(num_steps=bad)
 
 
-def test_worker_failure_closes_the_trainer_with_a_clear_error():
+def test_worker_failure_without_retries_closes_the_trainer_with_a_clear_error():
     trainer, group = make()
     group.responses["train_epoch"] = WorkerFailedError(
         "Worker(s) failed", [RankFailure(1, RuntimeError("died"), died=True)])
-    with pytest.raises(WorkerFailedError) as info:
-        trainer.train()
+    with pytest.raises(RetriesExhaustedError) as info:
+        trainer.train(max_retries=0)
     assert info.value.ranks == (1,)
+    assert "max_retries=0" in str(info.value)
     assert group.shut
-    with pytest.raises(TrainerShutdownError, match="WorkerFailedError in train_epoch"):
+    with pytest.raises(TrainerShutdownError, match="RetriesExhaustedError in train_epoch"):
         trainer.validate()
 
 
@@ -189,3 +227,31 @@ def test_save_and_load_go_through_the_group(tmp_path):
     trainer.load(path)
     method, (loaded,) = group.calls[-1]
     assert method == "load_state_dict" and loaded["epoch"] == 2
+
+
+def died(rank):
+    return WorkerFailedError("Worker(s) failed", [RankFailure(rank, RuntimeError("gone"), died=True)])
+
+
+def test_a_worker_failure_restarts_the_group_and_restores_the_commit():
+    trainer, first = make(config={BATCH_SIZE: 64})
+    ok = [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2
+    FakeWorkerGroup.train_script[:] = [died(1), ok]
+    result = trainer.train()
+    second = FakeWorkerGroup.instances[-1]
+    assert first.shut and second is not first and second.num_workers == 2
+    assert second.calls[0][0] == "restore"
+    assert second.calls[1] == ("train_epoch", (None, False, None, False))
+    assert result["num_samples"] == 64
+    stats = trainer.recovery_stats
+    assert (stats.failures, stats.recoveries, stats.num_workers) == (1, 1, 2)
+
+
+def test_too_few_resources_after_a_failure_resizes_and_keeps_the_global_batch():
+    trainer, first = make(config={BATCH_SIZE: 64}, failure_config=None)
+    FakeWorkerGroup.placeable_script[:] = [1]  # only one worker fits after the failure
+    FakeWorkerGroup.train_script[:] = [died(0), [{"epoch": 1, "num_samples": 64, "loss": 1.0}]]
+    trainer.train()
+    second = FakeWorkerGroup.instances[-1]
+    assert second.num_workers == 1 and second.config_for_rank(0)[BATCH_SIZE] == 64
+    assert trainer.recovery_stats.resizes == [(2, 1, "resize to 1 of 2 worker(s): only 1 placeable")]

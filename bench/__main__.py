@@ -1,0 +1,55 @@
+"""``python -m bench [--quick] [--workload mlp|resnet] [--out PATH]``: run, print, save."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bench import catalog
+from bench.launch import REPO_ROOT, run_all
+from bench.report import compute_ratios, metadata_block, summarize, tables, write_json
+from bench.workloads import NAMES
+
+DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "latest.json")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and 1 repetition (CI smoke: checks it runs)")
+    parser.add_argument("--workload", choices=NAMES, default="mlp")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repetitions per variant (default: 1 quick, 3 full)")
+    parser.add_argument("--variants", nargs="+", choices=sorted(catalog.BY_NAME),
+                        help="run only these (default: all)")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds before one run is killed (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    repeats = args.repeats or (1 if args.quick else 3)
+    variants = catalog.select(args.variants)
+    runs = run_all(variants, args.workload, mode, repeats, args.timeout)
+    summaries = {name: summarize(variant_runs) for name, variant_runs in runs.items()}
+    ratios = compute_ratios(summaries)
+    meta = metadata_block({"workload": args.workload, "mode": mode, "repeats": repeats})
+    print(f"\nworkload {args.workload} ({mode}), {repeats} repetition(s); "
+          f"memory = {meta['memory_method']}\n")
+    print(tables(summaries, ratios))
+    variants_doc = {v.name: {"label": v.label, "command": v.command(args.workload, mode),
+                             "summary": summaries[v.name], "runs": runs[v.name]}
+                    for v in variants}
+    write_json(args.out, {"meta": meta, "variants": variants_doc, "ratios": ratios})
+    print(f"written to {args.out}")
+    failed = [name for name, variant_runs in runs.items() if not all(r["ok"] for r in variant_runs)]
+    if failed:
+        print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Runs variants as subprocesses in rotating order and collects their figures."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+from bench import RESULT_MARKER, T0_ENV
+from bench.catalog import Variant
+from bench.procmem import PeakMemory, psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIGURES = ("first_step_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
+
+
+def schedule(variants: List[Variant], repeats: int) -> List[tuple]:
+    """``(rep, variant)`` pairs: every variant once per round, the order rotated each round."""
+    pairs = []
+    for rep in range(repeats):
+        shift = rep % len(variants)
+        pairs += [(rep, variant) for variant in variants[shift:] + variants[:shift]]
+    return pairs
+
+
+def child_env(threads: int) -> Dict[str, str]:
+    """The parent's environment, with the repo importable and the thread count pinned.
+
+    ``RAY_ADDRESS`` is dropped: each Ray-based variant starts (and pays for) its own
+    local Ray instead of joining one that happens to be running.
+    """
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def parse_result(output: str) -> Optional[Dict[str, Any]]:
+    """The figures from the last ``BENCH_RESULT`` line, or None."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]
+    return json.loads(lines[-1][len(RESULT_MARKER):]) if lines else None
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    victims = []
+    if psutil:
+        try:
+            victims = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    proc.kill()
+    for child in victims:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+
+
+def _start(command: List[str], env: Dict[str, str], log) -> tuple:
+    env[T0_ENV] = repr(time.time())
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    return proc, float(env[T0_ENV])
+
+
+def run_once(variant: Variant, workload: str, mode: str, timeout_s: float) -> Dict[str, Any]:
+    """Start ``variant`` once; its figures plus wall time and peak tree memory."""
+    env = child_env(variant.threads)
+    with tempfile.TemporaryFile("w+") as log:
+        proc, t0 = _start(variant.command(workload, mode), env, log)
+        timed_out = False
+        with PeakMemory(proc.pid) as peak:
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc)
+        wall_s = time.time() - t0
+        log.seek(0)
+        output = log.read()
+    figures = parse_result(output) or {}
+    run = {**figures, "wall_s": wall_s, "peak_mem_mib": peak.mib, "exit_code": proc.returncode}
+    run["ok"] = proc.returncode == 0 and all(run.get(k) is not None for k in FIGURES)
+    if not run["ok"]:
+        reason = f"timed out after {timeout_s:.0f}s" if timed_out else f"exit {proc.returncode}"
+        run["error"] = f"{reason}; output tail:\n" + output[-3000:]
+    return run
+
+
+def describe(run: Dict[str, Any]) -> str:
+    if not run["ok"]:
+        return "FAILED: " + run["error"].splitlines()[0]
+    return (f"first step {run['first_step_s']:.2f}s, {run['steady_samples_per_s']:.0f} samples/s, "
+            f"wall {run['wall_s']:.1f}s, peak {run['peak_mem_mib']:.0f} MiB")
+
+
+def run_all(variants: List[Variant], workload: str, mode: str, repeats: int,
+            timeout_s: float) -> Dict[str, List[Dict[str, Any]]]:
+    """Every run of every variant, grouped by variant name; progress on stderr."""
+    runs: Dict[str, List[Dict[str, Any]]] = {variant.name: [] for variant in variants}
+    plan = schedule(variants, repeats)
+    for index, (rep, variant) in enumerate(plan, 1):
+        run = {"rep": rep, **run_once(variant, workload, mode, timeout_s)}
+        runs[variant.name].append(run)
+        print(f"[{index}/{len(plan)}] {variant.name}: {describe(run)}", file=sys.stderr,
+              flush=True)
+    return runs

@@ -1,0 +1,112 @@
+"""Summaries (median/min/max), the tracked ratios, the printed tables and the JSON file."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any, Dict, List, Optional
+
+from tabulate import tabulate
+
+from bench.catalog import BY_NAME
+from bench.launch import FIGURES, REPO_ROOT
+from bench.procmem import METHOD as MEMORY_METHOD
+
+HEADERS = {"first_step_s": "first step (s)", "steady_samples_per_s": "steady samples/s",
+           "wall_s": "wall (s)", "peak_mem_mib": "peak mem (MiB)"}
+
+# (label, numerator, denominator, figure, target): ratios are numerator/denominator
+# of medians; the issue's targets are reported, never enforced.
+RATIOS = (
+    ("raysgd/torchrun", "raysgd_2w", "torchrun_2w", "first_step_s", ("<=", 1.5)),
+    ("raysgd/torchrun", "raysgd_2w", "torchrun_2w", "steady_samples_per_s", (">=", 0.97)),
+    ("raysgd/Ray Train", "raysgd_2w", "raytrain_2w", "first_step_s", ("<=", 0.25)),
+    ("raysgd/Ray Train", "raysgd_2w", "raytrain_2w", "steady_samples_per_s", None),
+    ("raysgd(1 worker)/plain", "raysgd_1w", "plain_1t", "first_step_s", None),
+    ("raysgd(1 worker)/plain", "raysgd_1w", "plain_1t", "steady_samples_per_s", (">=", 0.98)),
+)
+
+
+def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Optional[Dict[str, float]]]:
+    """Per figure: median, min, max and n over the successful runs (None if none)."""
+    good = [run for run in runs if run["ok"]]
+    out = {}
+    for figure in FIGURES:
+        values = [run[figure] for run in good]
+        out[figure] = (None if not values else
+                       {"median": statistics.median(values), "min": min(values),
+                        "max": max(values), "n": len(values)})
+    return out
+
+
+def compute_ratios(summaries: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The tracked ratios whose two variants both have figures."""
+    out = []
+    for label, num, den, figure, target in RATIOS:
+        a, b = summaries.get(num, {}).get(figure), summaries.get(den, {}).get(figure)
+        if not a or not b:
+            continue
+        value = a["median"] / b["median"]
+        met = None if target is None else (value <= target[1] if target[0] == "<=" else
+                                           value >= target[1])
+        out.append({"ratio": label, "figure": figure, "numerator": num, "denominator": den,
+                    "value": value, "target": None if target is None else f"{target[0]} {target[1]}",
+                    "met": met})
+    return out
+
+
+def _cell(stats: Optional[Dict[str, float]]) -> str:
+    if not stats:
+        return "failed"
+    fmt = "{:.0f}" if stats["median"] >= 100 else "{:.2f}"
+    return (fmt + " [" + fmt + " – " + fmt + "]").format(stats["median"], stats["min"], stats["max"])
+
+
+def tables(summaries: Dict[str, Dict[str, Any]], ratios: List[Dict[str, Any]]) -> str:
+    """The figures table (median [min – max]) and the ratios table, as text."""
+    rows = [[name, BY_NAME[name].label, *(_cell(s[f]) for f in FIGURES),
+             max((s[f] or {}).get("n", 0) for f in FIGURES)]
+            for name, s in summaries.items()]
+    figures = tabulate(rows, headers=["variant", "what", *(HEADERS[f] for f in FIGURES), "n"])
+    ratio_rows = [[r["ratio"], HEADERS[r["figure"]], f"{r['value']:.3f}", r["target"] or "-",
+                   {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in ratios]
+    ratio_table = tabulate(ratio_rows, headers=["ratio (medians)", "figure", "value", "target",
+                                                "met"])
+    return f"{figures}\n\n{ratio_table}\n"
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def metadata_block(args: Dict[str, Any]) -> Dict[str, Any]:
+    """Where and how the figures were taken."""
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "torch": _version("torch"), "ray": _version("ray"), "git_commit": _git_commit(),
+            "memory_method": MEMORY_METHOD, **args}
+
+
+def write_json(path: str, document: Dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as out:
+        json.dump(document, out, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,53 @@
+"""Variant: raysgd ``TorchTrainer`` with the default operator loop."""
+import ray
+
+from raysgd import TorchTrainer
+from raysgd.utils import BATCH_SIZE
+
+from bench.child import Figures, emit, parse_args, set_threads
+from bench.raysgd_operator import BenchOperator
+from bench.workloads import get_workload
+
+
+def _extra(parser) -> None:
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--use-local", action="store_true",
+                        help="rank 0 in this process (with 1 worker: no Ray at all)")
+
+
+def train(trainer: TorchTrainer, figures: Figures) -> dict:
+    """First step alone (timed), rest of the first epoch, then the steady epochs."""
+    trainer.train(num_steps=1)
+    figures.step_done()
+    trainer.train()
+    figures.steady_start()
+    steady = figures.workload.epochs - 1
+    metrics = [trainer.train() for _ in range(steady)]
+    figures.steady_end(steady)
+    return metrics[-1]
+
+
+def main() -> None:
+    args = parse_args(__doc__, _extra)
+    set_threads(args.threads)
+    workload = get_workload(args.workload, args.mode)
+    figures = Figures(workload)
+    needs_ray = args.num_workers > (1 if args.use_local else 0)
+    if needs_ray:
+        ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        trainer = TorchTrainer(training_operator_cls=BenchOperator, num_workers=args.num_workers,
+                               use_gpu=False, use_local=args.use_local,
+                               num_cpus_per_worker=args.threads,
+                               config={BATCH_SIZE: workload.batch_size,
+                                       "workload": args.workload, "mode": args.mode})
+        last = train(trainer, figures)
+        trainer.shutdown()
+    finally:
+        if needs_ray:
+            ray.shutdown()
+    emit({**figures.as_dict(), "samples_per_epoch_reported": last.get("num_samples")})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Pure bookkeeping for hang detection and in-epoch commits; no Ray.
+
+The worker group feeds it each rank's progress report; it says which ranks
+stalled and when every rank holds a commit for the same step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from raysgd.errors import RankFailure, WorkerFailedError
+
+
+class WorkerHangError(WorkerFailedError):
+    """Ranks made no progress (or did not answer) within ``timeout_s``."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A consistent point to roll back to: per-rank snapshots taken at ``step``.
+
+    ``snapshots`` are opaque handles (object references) owned by the driver;
+    rank 0's holds the full state, the others their own position and RNG.
+    """
+
+    step: int
+    call_done: int
+    world_size: int
+    snapshots: List[Any] = field(default_factory=list)
+
+
+class HealthMonitor:
+    """Tracks the latest progress report of every rank during one call."""
+
+    def __init__(self, world_size: int, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self.world_size = world_size
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.start_call()
+
+    def start_call(self) -> None:
+        now = self.clock()
+        self.reports: Dict[int, Dict[str, Any]] = {}
+        self._answered = {rank: now for rank in range(self.world_size)}
+        self._asked: Dict[int, float] = {}
+
+    def asked(self, rank: int) -> None:
+        self._asked.setdefault(rank, self.clock())
+
+    def observe(self, rank: int, report: Dict[str, Any]) -> None:
+        self.reports[rank] = report
+        self._answered[rank] = self.clock()
+        self._asked.pop(rank, None)
+
+    def stalled(self) -> List[RankFailure]:
+        """Ranks idle longer than ``timeout_s``, or whose health check went unanswered."""
+        now, out = self.clock(), []
+        for rank in range(self.world_size):
+            report = self.reports.get(rank)
+            asked = self._asked.get(rank)
+            if asked is not None and now - asked > self.timeout_s:
+                out.append(RankFailure(rank, TimeoutError(
+                    f"health check unanswered for {now - asked:.1f}s")))
+            elif report is not None and report["idle_s"] > self.timeout_s:
+                out.append(RankFailure(rank, TimeoutError(
+                    f"no progress for {report['idle_s']:.1f}s (timeout_s={self.timeout_s:g}); "
+                    f"at {report.get('where', '?')}")))
+        return out
+
+    def hang_error(self) -> Optional[WorkerHangError]:
+        stalled = self.stalled()
+        if not stalled:
+            return None
+        return WorkerHangError("Worker(s) hung: no progress within timeout_s.", stalled)
+
+    def commit_step(self, after: int) -> Optional[int]:
+        """The newest step every rank holds a pending commit for, if newer than ``after``."""
+        held = [set(self.reports.get(r, {}).get("pending_commits", ()))
+                for r in range(self.world_size)]
+        common = set.intersection(*held) if held else set()
+        newest = max(common, default=None)
+        return newest if newest is not None and newest > after else None

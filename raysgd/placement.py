@@ -1,0 +1,79 @@
+"""Cluster resources for the worker group: start Ray, check, reserve, count.
+
+Part of the worker group's Ray boundary (with ``worker_group.py``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Dict
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from raysgd.errors import ResourcesUnavailableError
+
+logger = logging.getLogger("raysgd")
+
+
+def ensure_ray() -> None:
+    """Start an embedded local Ray unless the user already called ``ray.init``."""
+    if not ray.is_initialized():
+        logger.info("raysgd: ray.init() with defaults (call ray.init(address='auto') "
+                    "first to join a cluster)")
+        ray.init()
+
+
+def cluster_gpus() -> float:
+    ensure_ray()
+    return ray.cluster_resources().get("GPU", 0.0)
+
+
+def _shown(resources: Dict[str, float]) -> Dict[str, float]:
+    return {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
+
+
+def check_can_ever_place(bundle: Dict[str, float], count: int) -> None:
+    """Fail at once when the cluster could never hold ``count`` bundles."""
+    total = ray.cluster_resources()
+    for key, amount in bundle.items():
+        if amount * count > total.get(key, 0):
+            raise ResourcesUnavailableError(
+                f"Requested {count} worker(s) with {bundle} each ({key}: {amount * count:g} in all), "
+                f"but the whole cluster has {key}: {total.get(key, 0):g}. Lower num_workers or "
+                "num_cpus_per_worker, set use_gpu=False, or add nodes.")
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    if nodes and not any(all(n.get(k, 0) >= v for k, v in bundle.items()) for n in nodes):
+        raise ResourcesUnavailableError(
+            f"No node can hold one worker of {bundle}; the largest nodes have "
+            f"{[_shown(n) for n in nodes]}. Lower num_cpus_per_worker.")
+
+
+def reserve(bundle: Dict[str, float], count: int, timeout_s: float) -> PlacementGroup:
+    """A ready placement group of ``count`` bundles, or ResourcesUnavailableError."""
+    group = placement_group([bundle] * count, strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(group)
+        raise ResourcesUnavailableError(
+            f"Could not place {count} worker(s) of {bundle} within {timeout_s:.0f}s; available "
+            f"now: {_shown(ray.available_resources())}, cluster total: "
+            f"{_shown(ray.cluster_resources())}. Free resources, lower num_workers/"
+            "num_cpus_per_worker, or raise placement_timeout_s.")
+    return group
+
+
+def placeable_workers(bundle: Dict[str, float], settle_s: float = 2.0, want: int = 0) -> int:
+    """How many more workers of ``bundle`` fit now.
+
+    Resources of killed actors come back asynchronously, so wait up to
+    ``settle_s`` for the count to reach ``want``.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        available = ray.available_resources()
+        count = min(math.floor(available.get(k, 0) / v + 1e-9) for k, v in bundle.items())
+        if count >= want or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.1)

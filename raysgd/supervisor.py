@@ -1,0 +1,179 @@
+"""Keeps a worker group alive across failures: commits, rollback, resize, stats.
+
+The trainer hands every call to a :class:`Supervisor`. The last good state
+(a :class:`Commit`) always matches the workers between calls: it is taken
+when the group starts, returned together with every ``train()`` result, and
+retaken after each call that changes state (``validate`` does not: it leaves
+even the RNGs alone). Inside ``train()`` the call's watch moves it forward
+every ``checkpoint_every_n_steps`` batches. On a recoverable failure the
+supervisor tears the group down, asks the :class:`RecoveryPolicy` what to do,
+starts a new group, restores the commit and resumes the call from its step.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+from raysgd.errors import ResourcesUnavailableError, RetriesExhaustedError, WorkerFailedError
+from raysgd.health import Commit
+from raysgd.recovery import RecoveryPolicy
+
+logger = logging.getLogger("raysgd")
+
+
+@dataclass
+class RecoveryStats:
+    """What fault tolerance has done so far (``trainer.recovery_stats``)."""
+
+    failures: int = 0
+    recoveries: int = 0
+    steps_lost: int = 0
+    recovery_times_s: List[float] = field(default_factory=list)
+    num_workers: int = 0
+    resizes: List[Tuple[int, int, str]] = field(default_factory=list)
+
+    @property
+    def last_recovery_s(self) -> Optional[float]:
+        """Seconds from the last failure to the next completed step."""
+        return self.recovery_times_s[-1] if self.recovery_times_s else None
+
+
+class Supervisor:
+    def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
+                 policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0):
+        self.make_group = make_group
+        self.target = num_workers
+        self.policy = policy
+        self.timeout_s = timeout_s
+        self.local_ranks = local_ranks  # ranks living in the driver (use_local)
+        self.stats = RecoveryStats(num_workers=num_workers)
+        self.group: Any = None
+        self.capabilities: List[dict] = []
+        self.commit: Optional[Commit] = None
+        self._failed_at: Optional[float] = None  # wall time of the failure being recovered
+
+    def start(self) -> None:
+        self.group, self.capabilities = self._launch(self.target, recovering=False)
+        self.commit = self.group.snapshot()
+
+    def _launch(self, count: int, recovering: bool):
+        group = self.make_group(count, recovering)
+        return group, group.start()
+
+    # ---------------------------------------------------------------- calls
+    def train(self, num_steps: Optional[int], profile: bool, info: Optional[dict],
+              max_retries: Optional[int]) -> List[dict]:
+        self.policy.start_call(max_retries)
+        self._scale_up()
+        remaining, resume = num_steps, False
+        while True:
+            watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit)
+            try:
+                headers, commit = self.group.execute_pair(
+                    "train_and_commit", remaining, profile, info, resume, watch=watch)
+                break
+            except WorkerFailedError as failure:
+                self._recover(failure, self._steps_lost(watch))
+                remaining = None if num_steps is None else num_steps - self.commit.call_done
+                resume = self.commit.call_done > 0
+        self.commit = commit
+        self._note_recovery_time(headers[0]["first_step_wall"])
+        return [header["metrics"] for header in headers]
+
+    def call(self, method: str, *args, mutates: bool = False, watched: bool = False,
+             abort_on_failure: bool = True, rank: Optional[int] = None):
+        """Any other call (on ``rank`` only, if given), recovered and retried after a
+        worker failure; a state-changing call is committed after it ran."""
+        self.policy.start_call()
+        while True:
+            watch = self.group.watch(self.timeout_s, 1 << 62) if watched else None
+            try:
+                if rank is not None:
+                    return self.group.execute_single(rank, method, *args)
+                result = self.group.execute(method, *args, abort_on_failure=abort_on_failure,
+                                            watch=watch)
+                if mutates:
+                    self.commit = self.group.snapshot()
+                return result
+            except WorkerFailedError as failure:
+                self._recover(failure, 0)
+
+    def _set_commit(self, commit: Commit) -> None:
+        self.commit = commit
+
+    # ------------------------------------------------------------- recovery
+    def _recover(self, failure: WorkerFailedError, steps_lost: int) -> None:
+        self.stats.failures += 1
+        self.stats.steps_lost += steps_lost
+        self._failed_at = time.time()
+        logger.warning("raysgd: recovering from worker failure (ranks %s), rolling back to step "
+                       "%d (%d step(s) lost): %s", list(failure.ranks), self.commit.step,
+                       steps_lost, failure)
+        previous = self.group.num_workers
+        self.group.shutdown(force=True)
+        decision = self.policy.on_failure(self._placeable(previous))
+        while True:
+            if not decision.retry:
+                raise RetriesExhaustedError(
+                    f"Giving up after worker failure: {decision.reason}.", failure.failures) from failure
+            time.sleep(decision.wait_s)
+            if decision.num_workers and self._relaunch(decision.num_workers, decision.reason, previous):
+                self.stats.recoveries += 1
+                return
+            decision = self.policy.on_no_capacity(self._placeable(previous))
+
+    def _relaunch(self, count: int, reason: str, previous: int) -> bool:
+        try:
+            group, capabilities = self._launch(count, recovering=True)
+        except (ResourcesUnavailableError, WorkerFailedError) as exc:
+            logger.warning("raysgd: restart with %d worker(s) failed: %s", count, exc)
+            return False
+        try:
+            group.restore(self.commit)
+        except WorkerFailedError as exc:
+            group.shutdown(force=True)
+            logger.warning("raysgd: restore on %d worker(s) failed: %s", count, exc)
+            return False
+        if count != previous:
+            self.stats.resizes.append((previous, count, reason))
+            self.policy.resized()
+            logger.warning("raysgd: resized from %d to %d worker(s): %s", previous, count, reason)
+        self.group, self.capabilities = group, capabilities
+        self.stats.num_workers = count
+        return True
+
+    def _placeable(self, want: int) -> int:
+        return self.local_ranks + self.group.placeable_workers(want=want - self.local_ranks)
+
+    def _steps_lost(self, watch: Any) -> int:
+        reports = watch.monitor.reports.values()
+        reached = max((r.get("steps", 0) for r in reports), default=self.commit.step)
+        return max(0, reached - self.commit.step)
+
+    def _note_recovery_time(self, first_step_wall: Optional[float]) -> None:
+        if self._failed_at is None:
+            return
+        self.stats.recovery_times_s.append((first_step_wall or time.time()) - self._failed_at)
+        self._failed_at = None
+
+    def _scale_up(self) -> None:
+        """At the start of a call, grow back towards ``num_workers`` when resources returned."""
+        current = self.group.num_workers
+        if current >= self.target:
+            return
+        count = self.policy.scale_up_target(current, self.group.placeable_workers())
+        if count <= current:
+            return
+        self.group.shutdown()
+        if not self._relaunch(count, "resources returned", current) and \
+                not self._relaunch(current, "scale-up failed", current):
+            raise ResourcesUnavailableError(f"Could not restart {current} worker(s) after a "
+                                            "failed scale-up; see the log for the cause.")
+
+    def shutdown(self, force: bool = False) -> None:
+        if self.group is not None:
+            self.group.shutdown(force=force)
+            self.group = None
+        self.commit = None

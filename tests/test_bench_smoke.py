@@ -1,0 +1,33 @@
+"""Smoke test for ``python -m bench``: every variant yields every figure (speed is not checked)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANTS = {"raysgd_2w", "torchrun_2w", "raytrain_2w", "plain_1t", "plain_2t", "raysgd_1w"}
+FIGURES = ("first_step_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_quick_reports_every_figure_for_every_variant(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--workload", "mlp",
+                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["variants"]) == VARIANTS
+    for name, variant in document["variants"].items():
+        for run in variant["runs"]:
+            assert run["ok"], f"{name}: {run.get('error')}"
+        for figure in FIGURES:
+            stats = variant["summary"][figure]
+            assert stats and all(stats[k] > 0 for k in ("median", "min", "max")), (name, figure)
+    assert {ratio["ratio"] for ratio in document["ratios"]} == {
+        "raysgd/torchrun", "raysgd/Ray Train", "raysgd(1 worker)/plain"}
+    assert "memory_method" in document["meta"]
+    assert "raysgd/torchrun" in proc.stdout  # the ratios table was printed

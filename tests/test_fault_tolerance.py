@@ -1,0 +1,144 @@
+"""Fault injection on a real Ray: kills, a hang, user errors. Marked slow."""
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from operators_for_tests import FailingOperator, FaultyOperator
+from raysgd import TorchTrainer
+from raysgd.utils import BATCH_SIZE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+EPOCHS = 3
+
+
+def make(pid_dir, **kwargs):
+    config = {BATCH_SIZE: 32, "pid_dir": str(pid_dir), "sleep_s": 0.02}
+    config.update(kwargs.pop("config", {}))
+    return TorchTrainer(training_operator_cls=FaultyOperator, num_workers=2, use_gpu=False,
+                        checkpoint_every_n_steps=kwargs.pop("every", 3), config=config, **kwargs)
+
+
+def weights(trainer):
+    return [p.detach().clone() for p in trainer.get_model().parameters()]
+
+
+def step_of(pid_dir):
+    try:
+        with open(os.path.join(pid_dir, "step")) as handle:
+            return int(handle.read())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def kill_at_step(pid_dir, rank, step):
+    """From a test thread: SIGKILL ``rank`` once rank 0 reached ``step``."""
+    def run():
+        deadline = time.monotonic() + 120
+        while step_of(pid_dir) < step and time.monotonic() < deadline:
+            time.sleep(0.005)
+        kill_rank(pid_dir, rank)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def kill_rank(pid_dir, rank):
+    with open(os.path.join(pid_dir, f"rank{rank}")) as handle:
+        pid = int(handle.read())
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def reference(ray_session, tmp_path_factory):
+    """Final weights and epochs of an unfaulted run."""
+    trainer = make(tmp_path_factory.mktemp("ref"))
+    epochs = [trainer.train()["epoch"] for _ in range(EPOCHS)]
+    result = weights(trainer), epochs, trainer.validate()["val_loss"]
+    trainer.shutdown()
+    return result
+
+
+def test_sigkill_mid_epoch_recovers_to_bitwise_equal_weights(reference, ray_cpus, tmp_path):
+    trainer = make(tmp_path)
+    try:
+        kill_at_step(tmp_path, 1, 16 + 10)  # mid second epoch (16 steps per epoch)
+        epochs = [trainer.train()["epoch"] for _ in range(EPOCHS)]
+        stats = trainer.recovery_stats
+        assert stats.failures == 1 and stats.recoveries == 1 and stats.num_workers == 2
+        assert 0 <= stats.steps_lost <= 3 + 1  # at most one commit interval (+ the step in flight)
+        assert stats.last_recovery_s is not None and stats.last_recovery_s < 30
+        ref_weights, ref_epochs, ref_val = reference
+        assert epochs == ref_epochs
+        for got, want in zip(weights(trainer), ref_weights):
+            assert torch.equal(got, want)
+        assert trainer.validate()["val_loss"] == ref_val
+    finally:
+        trainer.shutdown()
+
+
+def test_soak_20_kills_at_random_steps(reference, ray_cpus, tmp_path):
+    trainer = make(tmp_path)
+    rng = random.Random(7)
+    done = threading.Event()
+    kills = []
+
+    def killer():
+        while len(kills) < 20 and not done.is_set():
+            target = max(step_of(tmp_path), 0) + rng.randrange(1, 12)  # a random later step
+            kill_at_step(tmp_path, rng.randrange(2), target).join()
+            kills.append(target)
+            while trainer.recovery_stats.recoveries < len(kills) and not done.is_set():
+                time.sleep(0.05)  # one failure at a time
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        epochs = []
+        while len(kills) < 20 or trainer.recovery_stats.recoveries < len(kills):
+            trainer.train(max_retries=10)  # extra passes until every kill happened
+            epochs.append(1)
+        done.set()
+        stats = trainer.recovery_stats
+        assert stats.failures == len(kills) == 20 == stats.recoveries
+        assert trainer.train()["num_samples"] == 512  # every epoch completes in full
+    finally:
+        done.set()
+        trainer.shutdown()
+
+
+def test_a_hung_rank_is_detected_named_and_recovered(ray_cpus, tmp_path, caplog):
+    flag = str(tmp_path / "hung-once")
+    trainer = make(tmp_path, timeout_s=4, config={"hang_once_flag": flag, "sleep_s": 0.0})
+    try:
+        started = time.monotonic()
+        with caplog.at_level("ERROR", logger="raysgd"):
+            result = trainer.train()
+        assert os.path.exists(flag)  # it did hang once
+        assert result["num_samples"] == 512 and result["epoch"] == 1
+        assert time.monotonic() - started < 60
+        assert trainer.recovery_stats.failures == 1
+        hang_logs = [r.getMessage() for r in caplog.records if "hung" in r.getMessage()]
+        assert hang_logs and "rank 1" in hang_logs[0] and "train_batch" in hang_logs[0]
+    finally:
+        trainer.shutdown()
+
+
+def test_user_error_is_raised_at_once_not_retried(ray_cpus):
+    trainer = TorchTrainer(training_operator_cls=FailingOperator, num_workers=2, use_gpu=False,
+                           config={"fail_rank": 1, BATCH_SIZE: 64})
+    try:
+        with pytest.raises(ValueError, match="bad batch on rank 1"):
+            trainer.train(max_retries=5)
+        assert trainer.recovery_stats.failures == 0
+    finally:
+        trainer.shutdown()

@@ -1,0 +1,46 @@
+from raysgd.health import HealthMonitor, WorkerHangError
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def report(steps, idle_s=0.0, pending=(), where="x.py:1 in f"):
+    return {"steps": steps, "idle_s": idle_s, "pending_commits": list(pending), "where": where}
+
+
+def test_idle_rank_is_reported_with_its_location():
+    clock = Clock()
+    monitor = HealthMonitor(2, timeout_s=5, clock=clock)
+    monitor.observe(0, report(3, idle_s=1))
+    monitor.observe(1, report(3, idle_s=6, where="ops.py:9 in train_batch"))
+    error = monitor.hang_error()
+    assert isinstance(error, WorkerHangError) and error.ranks == (1,)
+    assert "ops.py:9 in train_batch" in str(error)
+
+
+def test_unanswered_health_check_counts_as_hung():
+    clock = Clock()
+    monitor = HealthMonitor(2, timeout_s=5, clock=clock)
+    monitor.asked(0)
+    monitor.asked(1)
+    clock.now = 3
+    monitor.observe(1, report(1))
+    assert monitor.hang_error() is None
+    clock.now = 6
+    assert monitor.hang_error().ranks == (0,)
+
+
+def test_commit_step_needs_every_rank_at_the_same_newer_step():
+    monitor = HealthMonitor(2, timeout_s=5)
+    monitor.observe(0, report(10, pending=[4, 8]))
+    assert monitor.commit_step(after=0) is None  # rank 1 has not reported
+    monitor.observe(1, report(10, pending=[0, 4]))
+    assert monitor.commit_step(after=0) == 4
+    monitor.observe(1, report(10, pending=[4, 8, 12]))
+    assert monitor.commit_step(after=0) == 8
+    assert monitor.commit_step(after=8) is None
