@@ -71,7 +71,11 @@ def write_atomic(path: str, data: bytes) -> str:
 
 
 def save(path: str, state: Dict[str, Any]) -> str:
-    return write_atomic(path, to_bytes(state))
+    data = to_bytes(state)
+    # Refuse to write what load() would refuse to read (e.g. numpy arrays in an
+    # operator's state_dict), so the error comes now, not at restore time.
+    from_bytes(data, source="The state to save")
+    return write_atomic(path, data)
 
 
 def load(path: str) -> Dict[str, Any]:

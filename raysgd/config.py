@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
@@ -35,6 +36,22 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise ConfigError(f"{name}={value!r} is not valid; use one of {list(choices)}.")
 
 
+def check_choices(scheduler_step_freq: Any, backend: Any, use_fp16: Any) -> None:
+    """The enumerated trainer arguments; cheap, so checked before anything starts."""
+    _check_choice("scheduler_step_freq", scheduler_step_freq, SCHEDULER_STEP_FREQS)
+    _check_choice("backend", backend, BACKENDS)
+    _check_choice("use_fp16", use_fp16, FP16_MODES)
+
+
+def default_timeout_s() -> float:
+    """``NCCL_TIMEOUT_S`` from the environment (the legacy knob), else 1800 s."""
+    raw = os.environ.get("NCCL_TIMEOUT_S")
+    try:
+        return float(raw) if raw else 1800.0
+    except ValueError:
+        raise ConfigError(f"NCCL_TIMEOUT_S={raw!r} is not a number of seconds.") from None
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """Everything a worker needs to know besides the operator and its config."""
@@ -52,9 +69,7 @@ class WorkerSettings:
     commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
 
     def __post_init__(self):
-        _check_choice("scheduler_step_freq", self.scheduler_step_freq, SCHEDULER_STEP_FREQS)
-        _check_choice("backend", self.backend, ("gloo", "nccl"))
-        _check_choice("use_fp16", self.use_fp16, FP16_MODES)
+        check_choices(self.scheduler_step_freq, self.backend, self.use_fp16)
         if self.backend == "nccl" and not self.use_gpu:
             raise ConfigError("backend='nccl' needs GPUs; pass use_gpu=True or backend='gloo'.")
         if self.use_fp16 == "apex" and not apex_available():

@@ -94,9 +94,11 @@ def reduce_worker_results(results: Sequence[Mapping[str, Any]]) -> Dict[str, Any
 
 def _reduce(results: Sequence[Mapping[str, Any]], weights: List[float]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
-    for key, first in results[0].items():
+    keys = dict.fromkeys(key for result in results for key in result)  # rank 0's first
+    for key in keys:
         present = [(r[key], w) for r, w in zip(results, weights) if key in r]
         values = [v for v, _ in present]
+        first = values[0]
         if key == NUM_SAMPLES and all(is_number(v) for v in values):
             out[key] = sum(values)
         elif all(is_number(v) for v in values) and _all_equal(values):

@@ -9,6 +9,7 @@ fetched, when the state is exactly "``steps`` batches done".
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
@@ -17,6 +18,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from raysgd import distributed
 from raysgd.config import check_num_steps
 from raysgd.errors import ConfigError
+
+
+_END = object()
 
 
 def _known_length(loader: Any) -> Optional[int]:
@@ -111,8 +115,15 @@ class Passes:
             if state.get("pass_rng") is not None:
                 torch.set_rng_state(state["pass_rng"])
             self._open_iterator()
-            for _ in range(batch_idx):
-                next(self._iterator)
+            for done in range(batch_idx):
+                if next(self._iterator, _END) is _END:
+                    # A shorter shard (other worker count, other data): the
+                    # saved position is past its end, so the pass is over.
+                    warnings.warn(f"Resuming at batch {batch_idx} of pass {self.epoch}, but this "
+                                  f"worker's loader has only {done} batches; the next train() "
+                                  "starts a new pass.", stacklevel=2)
+                    self.batch_idx, self._iterator = done, None
+                    break
 
 
 class PassIterator:

@@ -113,15 +113,22 @@ class Supervisor:
                        steps_lost, failure)
         previous = self.group.num_workers
         self.group.shutdown(force=True)
+        ceiling = self.target  # lowered when a size could not be placed
         decision = self.policy.on_failure(self._placeable(previous))
         while True:
             if not decision.retry:
                 raise RetriesExhaustedError(
                     f"Giving up after worker failure: {decision.reason}.", failure.failures) from failure
             time.sleep(decision.wait_s)
-            if decision.num_workers and self._relaunch(decision.num_workers, decision.reason, previous):
+            count = min(decision.num_workers, ceiling)
+            reason = decision.reason if count == decision.num_workers else \
+                f"resize to {count} of {self.target} worker(s): a larger group could not be placed"
+            if count and self._relaunch(count, reason, previous):
                 self.stats.recoveries += 1
                 return
+            if count:
+                # The resource view can lag a lost node: try one fewer next time.
+                ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
 
     def _relaunch(self, count: int, reason: str, previous: int) -> bool:

@@ -10,8 +10,9 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd import checkpoint
-from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_commit_every,
-                           check_num_steps, check_num_workers, resolve_backend)
+from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
+                           check_commit_every, check_num_steps, check_num_workers,
+                           default_timeout_s, resolve_backend)
 from raysgd.errors import ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
@@ -74,7 +75,7 @@ class TorchTrainer:
                  initialization_hook: Optional[Callable[[], Any]] = None,
                  config: Optional[Dict[str, Any]] = None, num_workers: int = 1,
                  num_cpus_per_worker: float = 1, use_gpu: Union[bool, str] = "auto",
-                 backend: str = "auto", wrap_ddp: bool = True, timeout_s: float = 1800,
+                 backend: str = "auto", wrap_ddp: bool = True, timeout_s: Optional[float] = None,
                  use_fp16: Union[bool, str] = False, use_tqdm: bool = False,
                  apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
                  scheduler_step_freq: Optional[str] = None, use_local: bool = False,
@@ -96,6 +97,8 @@ class TorchTrainer:
         self.config = dict(config or {})
         self.use_local = bool(use_local)
         self._group_cls = _worker_group_cls
+        check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs
+        timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu)
         self.settings = WorkerSettings(
             use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
@@ -148,7 +151,7 @@ class TorchTrainer:
                                split.global_batch, count, split.effective_global)
             config[BATCH_SIZE] = split.per_worker
         # Recovery should not sit out a long placement wait: a smaller group may fit.
-        timeout = min(self._placement_timeout_s, 10.0) if recovering else self._placement_timeout_s
+        timeout = min(self._placement_timeout_s, 5.0) if recovering else self._placement_timeout_s
         return self._group_cls(self.operator_cls, lambda rank: dict(config), self.settings, count,
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
                                placement_timeout_s=timeout)

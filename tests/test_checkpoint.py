@@ -60,3 +60,12 @@ def test_load_never_executes_code(tmp_path):
     torch.save({"models": [Evil()], "optimizers": []}, path)
     with pytest.raises(CheckpointError):
         checkpoint.load(str(path))
+
+
+def test_save_refuses_state_that_load_would_refuse(tmp_path):
+    import numpy as np
+
+    with pytest.raises(CheckpointError, match="state to save"):
+        checkpoint.save(str(tmp_path / "np.pt"), {"models": [], "optimizers": [],
+                                                  "operator": {"arr": np.ones(3)}})
+    assert not (tmp_path / "np.pt").exists()

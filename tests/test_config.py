@@ -65,3 +65,15 @@ def test_primary_failure_prefers_user_error_and_groups_deaths():
     err = primary_failure([collective, died])
     assert isinstance(err, WorkerFailedError) and err.ranks == (0, 1)
     assert "worker died" in str(err)
+
+
+def test_nccl_timeout_env_is_the_default_timeout(monkeypatch):
+    from raysgd.config import default_timeout_s
+
+    monkeypatch.delenv("NCCL_TIMEOUT_S", raising=False)
+    assert default_timeout_s() == 1800.0
+    monkeypatch.setenv("NCCL_TIMEOUT_S", "1000")
+    assert default_timeout_s() == 1000.0
+    monkeypatch.setenv("NCCL_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="NCCL_TIMEOUT_S"):
+        default_timeout_s()

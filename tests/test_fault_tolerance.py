@@ -142,3 +142,25 @@ def test_user_error_is_raised_at_once_not_retried(ray_cpus):
         assert trainer.recovery_stats.failures == 0
     finally:
         trainer.shutdown()
+
+
+def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_node_loss.py")
+    out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
+    seen = json.loads(lines[-1][len("RESULT "):])
+    assert seen["first"] == 512
+    loss = seen["after_loss"]
+    assert loss["workers"] == 1 and loss["per_worker_batch"] == [32]  # same global batch
+    assert loss["num_samples"] >= 256 and loss["epoch"] == 2
+    assert loss["resizes"] and loss["resizes"][0][:2] == [2, 1]
+    add = seen["after_add"]
+    assert add["workers"] == 2 and add["per_worker_batch"] == [16, 16]
+    assert add["epoch"] == 3 and add["num_samples"] == 512
+    assert seen["stats"]["failures"] >= 1 and seen["stats"]["recoveries"] >= 1

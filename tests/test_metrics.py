@@ -62,3 +62,9 @@ def test_timers_record_means_and_null_timers_cost_nothing():
     assert set(stats) == {"mean_fwd_s"} and stats["mean_fwd_s"] >= 0
     assert NULL_TIMERS.record("fwd") is NULL_TIMERS.record("grad")
     assert NULL_TIMERS.stats() == {}
+
+
+def test_keys_missing_on_rank_0_still_reduce():
+    out = reduce_worker_results([{"epoch": 1, "batch_count": 0, "num_samples": 0},
+                                 {"epoch": 1, "batch_count": 2, "num_samples": 10, "train_loss": 1.0}])
+    assert out["train_loss"] == 1.0 and out["num_samples"] == 10

@@ -318,3 +318,14 @@ def test_resumed_num_steps_call_runs_only_the_remainder():
     fresh.restore(commit, commit)
     assert fresh.train_epoch(num_steps=6 - commit["call_done"], resume=True)["batch_count"] == 6
     assert fresh._passes.steps == runner._passes.steps == 6
+
+
+def test_a_mid_pass_state_moves_to_a_shorter_loader():
+    long = make_runner(LinearOperator, {BATCH_SIZE: 100})  # 10 batches a pass
+    long.train_epoch(num_steps=7)
+    state = long.state_dict()
+    short = make_runner(LinearOperator, {BATCH_SIZE: 200})  # 5 batches a pass
+    with pytest.warns(UserWarning, match="only 5 batches"):
+        short.load_state_dict(state)
+    result = short.train_epoch()
+    assert result["epoch"] == 2 and result["batch_count"] == 5

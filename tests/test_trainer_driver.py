@@ -255,3 +255,14 @@ def test_too_few_resources_after_a_failure_resizes_and_keeps_the_global_batch():
     second = FakeWorkerGroup.instances[-1]
     assert second.num_workers == 1 and second.config_for_rank(0)[BATCH_SIZE] == 64
     assert trainer.recovery_stats.resizes == [(2, 1, "resize to 1 of 2 worker(s): only 1 placeable")]
+
+
+@pytest.mark.parametrize("kwargs", [{"scheduler_step_freq": "often"}, {"backend": "mpi"},
+                                    {"use_fp16": "half"}])
+def test_enumerated_arguments_are_checked_before_ray_starts(kwargs, monkeypatch):
+    def ray_would_start():
+        raise AssertionError("the GPU probe (and ray.init) ran before validation")
+
+    monkeypatch.setattr(FakeWorkerGroup, "cluster_gpus", staticmethod(ray_would_start))
+    with pytest.raises(ConfigError):
+        TorchTrainer(LinearOperator, num_workers=2, _worker_group_cls=FakeWorkerGroup, **kwargs)
