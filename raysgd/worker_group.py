@@ -80,7 +80,7 @@ class _WorkerActor:
 
 _RemoteWorker = ray.remote(concurrency_groups={"control": 1})(_WorkerActor)
 
-POLL_S = 0.25  # how often a monitored call checks health and collects commits
+POLL_S = 0.1  # how often a monitored call checks health and collects commits
 
 
 class WorkerGroup:
