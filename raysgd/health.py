@@ -1,7 +1,7 @@
 """Pure bookkeeping for hang detection and in-epoch commits; no Ray.
 
 The worker group feeds it each rank's progress report; it says which ranks
-stalled and when every rank holds a commit for the same step.
+stalled. :class:`Commit` is the unit of rollback.
 """
 from __future__ import annotations
 
@@ -74,11 +74,3 @@ class HealthMonitor:
         if not stalled:
             return None
         return WorkerHangError("Worker(s) hung: no progress within timeout_s.", stalled)
-
-    def commit_step(self, after: int) -> Optional[int]:
-        """The newest step every rank holds a pending commit for, if newer than ``after``."""
-        held = [set(self.reports.get(r, {}).get("pending_commits", ()))
-                for r in range(self.world_size)]
-        common = set.intersection(*held) if held else set()
-        newest = max(common, default=None)
-        return newest if newest is not None and newest > after else None

@@ -6,7 +6,6 @@ position in the train loader and the worker's full state.
 """
 from __future__ import annotations
 
-import collections
 import copy
 import itertools
 import sys
@@ -20,6 +19,7 @@ import torch
 from raysgd import distributed, rng
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
+from raysgd.handoff import CommitHandoff
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.passes import Passes
 from raysgd.precision import create_precision
@@ -45,15 +45,12 @@ def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
     return state
 
 
-KEEP_COMMITS = 4
-
-
 class WorkerRunner:
     """Builds one operator and runs its train/validate hooks on request."""
 
     def __init__(self, operator_cls: type, config: Dict[str, Any], settings: WorkerSettings,
                  rank: RankInfo, num_threads: Optional[int] = None,
-                 commit_every: Optional[int] = None):
+                 commit_every: Optional[int] = None, commit_wait_s: float = 0.0):
         if num_threads:
             torch.set_num_threads(num_threads)
         self.operator_cls = operator_cls
@@ -65,9 +62,8 @@ class WorkerRunner:
         self._store = None
         self._passes: Optional[Passes] = None
         self.commit_every = commit_every
-        # The last few in-epoch commits, by step: ranks reach a step at
-        # different moments, so the driver picks the newest one all ranks hold.
-        self._pending_commits: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
+        # In-epoch commits on their way to the driver (see raysgd.handoff).
+        self._handoff = CommitHandoff(commit_wait_s)
         self._call_done_base = 0
         self._last_progress = time.monotonic()
         self._thread: Optional[int] = None
@@ -241,16 +237,17 @@ class WorkerRunner:
         self.operator._resume_meters = (own or {}).get("meters")
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
+        self._handoff.clear()
 
-    def take_commit(self, step: int) -> Optional[Dict[str, Any]]:
-        """The pending in-epoch commit for ``step``, if still held (control thread)."""
-        return self._pending_commits.get(step)
+    def next_commit(self, after: int, wait_s: float = 0.0,
+                    ticket: int = 0) -> Optional[Dict[str, Any]]:
+        """The next in-epoch commit newer than ``after`` (the driver's long poll)."""
+        return self._handoff.take(after, wait_s, ticket)
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""
         return {"steps": self._passes.steps if self._passes else 0,
                 "idle_s": time.monotonic() - self._last_progress,
-                "pending_commits": list(self._pending_commits),
                 "first_step_wall": self.first_step_wall, "where": self._where()}
 
     def _begin_call(self) -> None:
@@ -262,9 +259,8 @@ class WorkerRunner:
         self._note_first_step(done)
         call_done = self._call_done_base + done
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
-            self._pending_commits[self._passes.steps] = self.snapshot(call_done)
-            while len(self._pending_commits) > KEEP_COMMITS:
-                self._pending_commits.popitem(last=False)
+            self._handoff.offer(self._passes.steps, self.snapshot(call_done))
+            self._last_progress = time.monotonic()  # waiting for the driver is not a hang
 
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:

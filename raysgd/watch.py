@@ -1,33 +1,44 @@
 """Watch a running train/validate call: health checks, hang detection, commits.
 
 Part of the worker group's Ray boundary. Every ``tick`` it collects the
-answers to the previous health checks, asks again, moves an in-epoch commit
-forward when every rank holds one for the same step, and raises
-:class:`WorkerHangError` when a rank stalls.
+answers to the previous health checks and asks again, and raises
+:class:`WorkerHangError` when a rank stalls. With commits on, it keeps one
+standing ``next_commit`` request per remote rank (see :mod:`raysgd.handoff`);
+the driver wakes as soon as one is answered, and a commit moves forward once
+every rank handed over the same step.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import ray
 from ray.exceptions import RayError
 
+from raysgd.handoff import CommitAssembler
 from raysgd.health import Commit, HealthMonitor
 
 logger = logging.getLogger("raysgd")
 
+# A standing commit request returns empty after this long and is asked again.
+COMMIT_POLL_S = 2.0
+
 
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
-                 on_commit: Optional[Callable[[Commit], None]] = None):
+                 on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0):
         self.group = group
         self.monitor = monitor
         self.committed_step = committed_step
         self.on_commit = on_commit
+        self.ticket = ticket
         self._asked: Dict[Any, int] = {}  # progress ref -> rank
-        self._commit: Optional[tuple] = None  # (step, header refs, snapshot refs)
+        self.assembler = CommitAssembler(monitor.world_size, committed_step)
+        self._polls: Dict[Any, Tuple[int, Any]] = {}  # commit header ref -> (rank, snapshot ref)
+        self._dead: Set[int] = set()
         monitor.start_call()
+        if on_commit is not None:
+            self._ask_commits()
 
     def tick(self) -> None:
         self._collect_progress()
@@ -65,37 +76,49 @@ class CallWatch:
                 pass  # a dead worker: the call itself reports it
 
     # ------------------------------------------------------------- commits
-    def _advance_commit(self) -> None:
-        if self._commit is None:
-            step = self.monitor.commit_step(after=self.committed_step)
-            if step is not None:
-                self._commit = (step, *self._ask_commit(step))
-            return
-        step, headers, snapshots = self._commit
-        ready, _ = ray.wait(headers, num_returns=len(headers), timeout=0)
-        if len(ready) < len(headers):
-            return
-        self._commit = None
-        try:
-            call_done = ray.get(headers)
-        except RayError:
-            return  # a worker died meanwhile; the call reports it
-        if any(c is None for c in call_done):
-            return  # a rank moved on to a newer commit; the next tick takes that one
-        # Copy the snapshots to the driver's node so a lost worker node loses no commit.
-        ray.wait(snapshots, num_returns=len(snapshots), timeout=0, fetch_local=True)
-        self.committed_step = step
-        self.on_commit(Commit(step, call_done[0], self.group.num_workers, snapshots))
+    def wake_refs(self) -> List[Any]:
+        """References whose arrival should wake the waiting driver (commit parts)."""
+        return list(self._polls)
 
-    def _ask_commit(self, step: int):
-        headers: List[Any] = []
-        snapshots: List[Any] = []
-        if self.group.local_runner is not None:
-            snap = self.group.local_runner.take_commit(step)
-            headers.append(ray.put(snap["call_done"] if snap else None))
-            snapshots.append(ray.put(snap))
-        for _, actor in self._remote_ranks():
-            header, snapshot = actor.take_commit.remote(step)
-            headers.append(header)
-            snapshots.append(snapshot)
-        return headers, snapshots
+    def _advance_commit(self) -> None:
+        if self._polls:
+            ready, _ = ray.wait(list(self._polls), num_returns=len(self._polls), timeout=0)
+            for ref in ready:
+                self._receive(ref, *self._polls.pop(ref))
+        self._take_local()
+        self._ask_commits()
+
+    def _receive(self, header_ref, rank: int, snapshot_ref) -> None:
+        try:
+            header = ray.get(header_ref)
+        except RayError:
+            self._dead.add(rank)  # a worker died meanwhile; the call reports it
+            return
+        if header is not None:
+            self._add(rank, header["step"], header["call_done"], snapshot_ref)
+
+    def _add(self, rank: int, step: int, call_done: int, snapshot: Any) -> None:
+        commit = self.assembler.add(rank, step, call_done, snapshot)
+        if commit is None:
+            return
+        # Copy the snapshots to the driver's node so a lost worker node loses no commit.
+        remote = [ref for ref in commit.snapshots if isinstance(ref, ray.ObjectRef)]
+        ray.wait(remote, num_returns=len(remote), timeout=0, fetch_local=True)
+        self.committed_step = commit.step
+        self.on_commit(commit)
+
+    def _take_local(self) -> None:
+        runner = self.group.local_runner
+        while runner is not None:
+            snap = runner.next_commit(self.assembler.after(0))
+            if snap is None:
+                return
+            self._add(0, snap["step"], snap["call_done"], ray.put(snap))
+
+    def _ask_commits(self) -> None:
+        asking = {rank for rank, _ in self._polls.values()}
+        for rank, actor in self._remote_ranks():
+            if rank not in asking and rank not in self._dead:
+                header, snapshot = actor.next_commit.remote(self.assembler.after(rank),
+                                                            COMMIT_POLL_S, self.ticket)
+                self._polls[header] = (rank, snapshot)

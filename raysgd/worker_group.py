@@ -72,15 +72,23 @@ class _WorkerActor:
     def progress(self) -> Dict[str, Any]:
         return self.runner.progress() if self.runner else {"steps": 0, "idle_s": 0.0}
 
-    @ray.method(concurrency_group="control", num_returns=2)
-    def take_commit(self, step: int):
-        snap = self.runner.take_commit(step)
-        return (snap["call_done"] if snap else None), snap
+    # The driver's standing request for the next in-epoch commit: answered
+    # the moment the training thread offers one (or None after ``wait_s``).
+    @ray.method(concurrency_group="commits", num_returns=2)
+    def next_commit(self, after: int, wait_s: float, ticket: int):
+        snap = self.runner.next_commit(after, wait_s, ticket) if self.runner else None
+        header = {"step": snap["step"], "call_done": snap["call_done"]} if snap else None
+        return header, snap
 
 
-_RemoteWorker = ray.remote(concurrency_groups={"control": 1})(_WorkerActor)
+# Two commit threads: a request from a new call can enter while one left over
+# from the previous call still waits, and releases it (see CommitHandoff.take).
+_RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2})(_WorkerActor)
 
-POLL_S = 0.1  # how often a monitored call checks health and collects commits
+POLL_S = 0.1  # how often a monitored call checks health
+# How long a remote rank waits at a commit for the driver to take it before
+# training on regardless (it only waits that long if the driver stopped asking).
+COMMIT_WAIT_S = 10.0
 
 
 class WorkerGroup:
@@ -99,8 +107,8 @@ class WorkerGroup:
         self.placement_timeout_s = placement_timeout_s
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
-        self.pids: List[int] = []
         self._pg = None
+        self._watches = 0  # numbers each call's commit requests
         self._threads: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @property
@@ -133,7 +141,6 @@ class WorkerGroup:
             self._reserve()
             self.actors = [self._new_actor(i) for i in range(self.num_remote)]
             infos += self._get([a.node_info.remote() for a in self.actors], offset=len(infos))
-        self.pids = [info["pid"] for info in infos]
         return infos
 
     def _local_info(self) -> Dict[str, Any]:
@@ -167,8 +174,9 @@ class WorkerGroup:
                    "commit_every": self.settings.commit_every}
                   for rank in range(self.num_workers)]
         remote_kwargs = kwargs[1:] if self.use_local else kwargs
-        refs = [actor.start.remote(self.initialization_hook,
-                                   {**kw, "num_threads": max(1, int(self.settings.num_cpus_per_worker))})
+        remote_extra = {"num_threads": max(1, int(self.settings.num_cpus_per_worker)),
+                        "commit_wait_s": COMMIT_WAIT_S}
+        refs = [actor.start.remote(self.initialization_hook, {**kw, **remote_extra})
                 for actor, kw in zip(self.actors, remote_kwargs)]
         if self.use_local:
             if self.initialization_hook:
@@ -243,7 +251,9 @@ class WorkerGroup:
                     self.num_workers)
 
     def watch(self, timeout_s: float, committed_step: int, on_commit=None) -> CallWatch:
-        return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step, on_commit)
+        self._watches += 1
+        return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step,
+                         on_commit, ticket=self._watches)
 
     def placeable_workers(self, want: int = 0) -> int:
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
@@ -279,9 +289,12 @@ class WorkerGroup:
         pending = {ref: i + offset for i, ref in enumerate(refs)}
         polling = local_future is not None or watch is not None
         while pending and not failures:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S if polling else None)
+            wake = watch.wake_refs() if watch is not None else []
+            ready, _ = ray.wait(list(pending) + wake, num_returns=1,
+                                timeout=POLL_S if polling else None)
             for ref in ready:
-                self._collect(ref, pending.pop(ref), results, failures)
+                if ref in pending:
+                    self._collect(ref, pending.pop(ref), results, failures)
             if local_future is not None and local_future.done():
                 self._collect_local(local_future, results, failures)
                 local_future = None
@@ -291,7 +304,7 @@ class WorkerGroup:
             # Survivors may be stuck in a collective: take what arrives within
             # the grace period; the caller tears the group down.
             self._collect_stragglers(pending, local_future, results, failures)
-            self._probe_liveness(failures)
+            self._probe_liveness(failures, watch)
         elif failures:
             for ref, rank in pending.items():
                 self._collect(ref, rank, results, failures)
@@ -342,11 +355,12 @@ class WorkerGroup:
             except BaseException as exc:  # noqa: BLE001
                 failures.append(RankFailure(0, exc))
 
-    def _probe_liveness(self, failures: List[RankFailure]) -> None:
+    def _probe_liveness(self, failures: List[RankFailure], watch: Optional[CallWatch]) -> None:
         """Group state: a worker that died makes every other error its consequence.
 
         Death notices can lag behind the survivors' collective errors, so ask
         each worker directly (its control thread answers even mid-collective).
+        The survivors' answers also tell the watch how far training got.
         """
         offset = 1 if self.use_local else 0
         known = {f.rank for f in failures if f.died}
@@ -355,7 +369,9 @@ class WorkerGroup:
         ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=FAILURE_GRACE_S * 2)
         for ref in ready:
             try:
-                ray.get(ref)
+                report = ray.get(ref)
+                if watch is not None:
+                    watch.monitor.observe(probes[ref], report)
             except RayActorError as err:
                 failures.append(RankFailure(probes[ref], err, str(err), died=True))
 

@@ -9,8 +9,8 @@ class Clock:
         return self.now
 
 
-def report(steps, idle_s=0.0, pending=(), where="x.py:1 in f"):
-    return {"steps": steps, "idle_s": idle_s, "pending_commits": list(pending), "where": where}
+def report(steps, idle_s=0.0, where="x.py:1 in f"):
+    return {"steps": steps, "idle_s": idle_s, "where": where}
 
 
 def test_idle_rank_is_reported_with_its_location():
@@ -33,14 +33,3 @@ def test_unanswered_health_check_counts_as_hung():
     assert monitor.hang_error() is None
     clock.now = 6
     assert monitor.hang_error().ranks == (0,)
-
-
-def test_commit_step_needs_every_rank_at_the_same_newer_step():
-    monitor = HealthMonitor(2, timeout_s=5)
-    monitor.observe(0, report(10, pending=[4, 8]))
-    assert monitor.commit_step(after=0) is None  # rank 1 has not reported
-    monitor.observe(1, report(10, pending=[0, 4]))
-    assert monitor.commit_step(after=0) == 4
-    monitor.observe(1, report(10, pending=[4, 8, 12]))
-    assert monitor.commit_step(after=0) == 8
-    assert monitor.commit_step(after=8) is None

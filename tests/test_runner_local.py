@@ -294,8 +294,8 @@ def test_commit_mid_call_and_resume_gives_identical_weights_and_metrics():
     reference.commit_every = 7
     reference.train_epoch()
     expected = reference.train_epoch()  # 20 batches; commits at steps 21, 28, 35
-    assert list(reference._pending_commits) == [14, 21, 28, 35]  # the last KEEP_COMMITS
-    commit = reference.take_commit(35)
+    assert reference._handoff.steps() == [14, 21, 28, 35]  # nobody took them: the last four
+    commit = reference.next_commit(after=28)
     assert commit["step"] == 35 and commit["call_done"] == 15
 
     resumed = make_runner(DropoutOperator, dict(config, seed=123))
@@ -313,7 +313,7 @@ def test_resumed_num_steps_call_runs_only_the_remainder():
     runner = make_runner(LinearOperator, {BATCH_SIZE: 100})
     runner.commit_every = 4
     runner.train_epoch(num_steps=6)  # commit at step 4, call_done 4
-    commit = runner.take_commit(4)
+    commit = runner.next_commit(after=0)
     fresh = make_runner(LinearOperator, {BATCH_SIZE: 100})
     fresh.restore(commit, commit)
     assert fresh.train_epoch(num_steps=6 - commit["call_done"], resume=True)["batch_count"] == 6

@@ -1,0 +1,68 @@
+"""Commit hand-off between a training thread and the driver's long poll; no Ray."""
+import threading
+import time
+
+from raysgd.handoff import KEEP_COMMITS, CommitAssembler, CommitHandoff
+
+
+def test_without_wait_commits_queue_and_the_oldest_newer_one_is_taken():
+    handoff = CommitHandoff(wait_s=0)
+    for step in (3, 6, 9, 12, 15, 18):
+        assert handoff.offer(step, {"step": step}) is False
+    assert handoff.steps() == [6, 9, 12, 15, 18][-KEEP_COMMITS:]
+    assert handoff.take(after=10) == {"step": 12}
+    assert handoff.steps() == [15, 18]  # older ones dropped with it
+    assert handoff.take(after=18) is None
+
+
+def test_a_waiting_offer_returns_once_a_poll_took_it():
+    handoff = CommitHandoff(wait_s=5)
+    taken = []
+    poller = threading.Thread(target=lambda: taken.append(handoff.take(after=0, wait_s=5)))
+    poller.start()
+    started = time.monotonic()
+    assert handoff.offer(4, "c4") is True
+    assert time.monotonic() - started < 2
+    poller.join(5)
+    assert taken == ["c4"] and handoff.steps() == []
+
+
+def test_an_untaken_offer_gives_up_after_wait_s_and_stays_queued():
+    handoff = CommitHandoff(wait_s=0.05)
+    assert handoff.offer(4, "c4") is False
+    assert handoff.steps() == [4]
+
+
+def test_a_poll_from_a_newer_call_releases_an_older_one_empty_handed():
+    handoff = CommitHandoff(wait_s=0)
+    old = []
+    waiting = threading.Thread(target=lambda: old.append(handoff.take(0, wait_s=5, ticket=1)))
+    waiting.start()
+    time.sleep(0.05)
+    assert handoff.take(0, wait_s=0, ticket=2) is None  # nothing yet, but it bumps the ticket
+    waiting.join(2)
+    assert old == [None] and not waiting.is_alive()
+    handoff.offer(3, "c3")
+    assert handoff.take(0, ticket=1) is None  # a stale request never takes a commit
+    assert handoff.take(0, ticket=2) == "c3"
+
+
+def test_clear_empties_the_queue():
+    handoff = CommitHandoff()
+    handoff.offer(2, "c2")
+    handoff.clear()
+    assert handoff.take(after=0) is None
+
+
+def test_assembler_commits_a_step_only_when_every_rank_handed_it_over():
+    assembler = CommitAssembler(world_size=2, committed_step=0)
+    assert assembler.add(0, 4, 4, "r0s4") is None
+    assert assembler.add(0, 8, 8, "r0s8") is None
+    assert assembler.after(0) == 8 and assembler.after(1) == 0
+    commit = assembler.add(1, 4, 4, "r1s4")
+    assert (commit.step, commit.call_done, commit.snapshots) == (4, 4, ["r0s4", "r1s4"])
+    assert assembler.after(1) == 4
+    assert assembler.add(1, 2, 2, "old") is None  # older than the commit: ignored
+    commit = assembler.add(1, 8, 8, "r1s8")
+    assert commit.step == 8 and commit.snapshots == ["r0s8", "r1s8"]
+    assert assembler.committed_step == 8
