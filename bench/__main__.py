@@ -1,4 +1,8 @@
-"""``python -m bench [--quick] [--workload mlp|resnet] [--out PATH]``: run, print, save."""
+"""``python -m bench [--quick] [--workload mlp|resnet] [--out PATH]``: run, print, save.
+
+``python -m bench --recovery [...]`` runs the recovery benchmark instead
+(``python -m bench.recovery``; its own options follow ``--recovery``).
+"""
 from __future__ import annotations
 
 import argparse
@@ -25,10 +29,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run only these (default: all)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds before one run is killed (default: %(default)s)")
+    parser.add_argument("--recovery", action="store_true",
+                        help="run the recovery benchmark instead (python -m bench.recovery)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--recovery" in argv:
+        from bench.recovery.cli import main as recovery_main
+
+        return recovery_main([arg for arg in argv if arg != "--recovery"])
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)

@@ -31,11 +31,12 @@ RATIOS = (
 )
 
 
-def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Optional[Dict[str, float]]]:
+def summarize(runs: List[Dict[str, Any]],
+              figures=FIGURES) -> Dict[str, Optional[Dict[str, float]]]:
     """Per figure: median, min, max and n over the successful runs (None if none)."""
     good = [run for run in runs if run["ok"]]
     out = {}
-    for figure in FIGURES:
+    for figure in figures:
         values = [run[figure] for run in good]
         out[figure] = (None if not values else
                        {"median": statistics.median(values), "min": min(values),
@@ -43,12 +44,19 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Optional[Dict[str, float]
     return out
 
 
-def compute_ratios(summaries: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The tracked ratios whose two variants both have figures."""
+def compute_ratios(summaries: Dict[str, Dict[str, Any]], ratios=RATIOS) -> List[Dict[str, Any]]:
+    """The tracked ratios whose two variants both have figures.
+
+    ``figure`` in a ratio spec may also be a pair ``(numerator figure, denominator
+    figure)``; the result's ``figure`` is then ``"num_figure/den_figure"``.
+    """
     out = []
-    for label, num, den, figure, target in RATIOS:
-        a, b = summaries.get(num, {}).get(figure), summaries.get(den, {}).get(figure)
-        if not a or not b:
+    for label, num, den, figure, target in ratios:
+        num_figure, den_figure = figure if isinstance(figure, tuple) else (figure, figure)
+        figure = figure if isinstance(figure, str) else f"{num_figure}/{den_figure}"
+        a = summaries.get(num, {}).get(num_figure)
+        b = summaries.get(den, {}).get(den_figure)
+        if not a or not b or not b["median"]:
             continue
         value = a["median"] / b["median"]
         met = None if target is None else (value <= target[1] if target[0] == "<=" else
@@ -57,6 +65,11 @@ def compute_ratios(summaries: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]
                     "value": value, "target": None if target is None else f"{target[0]} {target[1]}",
                     "met": met})
     return out
+
+
+def cell(stats: Optional[Dict[str, float]]) -> str:
+    """One summary as ``median [min – max]`` ("failed" when there is none)."""
+    return _cell(stats)
 
 
 def _cell(stats: Optional[Dict[str, float]]) -> str:

@@ -16,7 +16,7 @@ from raysgd.errors import ConfigError
 
 SCHEDULER_STEP_FREQS = ("batch", "epoch", "manual", None)
 BACKENDS = ("auto", "gloo", "nccl")
-FP16_MODES = (False, True, "bf16", "apex")
+FP16_MODES = (False, True, "fp16", "bf16", "apex")
 # In-epoch commit interval (batches); see bench/ for its measured cost.
 DEFAULT_COMMIT_EVERY = 50
 
@@ -67,6 +67,8 @@ class WorkerSettings:
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
     commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
+    clip_grad_norm: Optional[float] = None  # the default train_batch clips to this norm
+    accumulate_steps: int = 1  # the default train_batch splits each batch into this many
 
     def __post_init__(self):
         check_choices(self.scheduler_step_freq, self.backend, self.use_fp16)
@@ -84,6 +86,15 @@ class WorkerSettings:
         if not isinstance(self.num_cpus_per_worker, numbers.Real) or self.num_cpus_per_worker <= 0:
             raise ConfigError(
                 f"num_cpus_per_worker must be positive, got {self.num_cpus_per_worker!r}.")
+        if self.clip_grad_norm is not None and (
+                isinstance(self.clip_grad_norm, bool)
+                or not isinstance(self.clip_grad_norm, numbers.Real) or self.clip_grad_norm <= 0):
+            raise ConfigError(f"clip_grad_norm must be a positive number or None, got "
+                              f"{self.clip_grad_norm!r}.")
+        if isinstance(self.accumulate_steps, bool) or not isinstance(
+                self.accumulate_steps, numbers.Integral) or self.accumulate_steps < 1:
+            raise ConfigError(f"accumulate_steps must be an integer >= 1 (micro-batches per "
+                              f"optimizer step), got {self.accumulate_steps!r}.")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """``TrainingOperator``: the class users subclass to describe their training."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, Iterable, Optional
 
 import torch
 from torch import nn
 
 from raysgd import distributed
+from raysgd.batches import move_to_device, split_batch
 from raysgd.errors import ConfigError
 from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection
 from raysgd.timers import NULL_TIMERS
@@ -33,16 +35,6 @@ def _shaped(given: Any, items: list) -> Any:
     return tuple(items) if isinstance(given, (list, tuple)) else items[0]
 
 
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to_device(item, device) for item in batch)
-    if isinstance(batch, dict):
-        return {key: move_to_device(item, device) for key, item in batch.items()}
-    return batch
-
-
 class TrainingOperator:
     """Subclass this and override ``setup``; never construct it yourself.
 
@@ -62,8 +54,10 @@ class TrainingOperator:
             metrics = operator.validate(val_iterator, info)
                 for batch in val_iterator: operator.validate_batch(batch, batch_info)
 
-    Override any level. Custom loops call ``self.autocast()``, ``self.backward(loss)``
-    and ``self.step(optimizer)`` so mixed precision keeps working.
+    Override any level. Custom loops call ``self.autocast()``, ``self.backward(loss)``,
+    ``self.clip_grad_norm_(model, max_norm)``, ``self.step(optimizer)`` and
+    ``self.micro_batches(batch)`` so mixed precision, clipping and gradient
+    accumulation keep working.
     """
 
     def __init__(self, config: Dict[str, Any], context: OperatorContext):
@@ -114,22 +108,32 @@ class TrainingOperator:
         return meters.summary()
 
     def train_batch(self, batch: Any, batch_info: dict) -> dict:
-        """One optimisation step on ``batch`` (``*features, target = batch``)."""
+        """One optimisation step on ``batch`` (``*features, target = batch``).
+
+        With ``accumulate_steps=k`` the batch is split into k micro-batches
+        whose gradients add up before one step (all-reduced once); with
+        ``clip_grad_norm`` the gradients are clipped (unscaled) before it.
+        """
         model, optimizer, criterion = self._single("train_batch")
-        *features, target = move_to_device(batch, self.device)
-        with self.timers.record("fwd"):
-            with self.autocast():
-                output = model(*features)
-                loss = criterion(output, target)
-        with self.timers.record("grad"):
-            optimizer.zero_grad(set_to_none=True)
-            self.backward(loss)
+        optimizer.zero_grad(set_to_none=True)
+        total_loss, num_samples = 0.0, 0
+        for (*features, target), weight in self.micro_batches(move_to_device(batch, self.device)):
+            with self.timers.record("fwd"):
+                with self.autocast():
+                    output = model(*features)
+                    loss = criterion(output, target)
+            with self.timers.record("grad"):
+                self.backward(loss if weight == 1 else loss * weight)
+            total_loss = total_loss + loss.detach().float() * weight
+            num_samples += target.size(0)
         with self.timers.record("apply"):
-            self.step(optimizer)
-        if self.scheduler_step_freq == "batch":
+            if self._context.settings.clip_grad_norm is not None:
+                self.clip_grad_norm_(model, self._context.settings.clip_grad_norm)
+            stepped = self.step(optimizer)
+        if stepped and self.scheduler_step_freq == "batch":  # a skipped fp16 step is no step
             for scheduler in self._schedulers:
                 scheduler.step()
-        return {"train_loss": loss.item(), NUM_SAMPLES: target.size(0)}
+        return {"train_loss": float(total_loss), NUM_SAMPLES: num_samples}
 
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
         """Evaluate over ``val_iterator``; returns averaged metrics of ``validate_batch``."""
@@ -259,6 +263,61 @@ class TrainingOperator:
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """``optimizer.step()``, scaler-aware; False when an fp16 overflow skipped it."""
         return self._context.precision.step(optimizer)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the loss scale out of ``optimizer``'s gradients now (once per step)."""
+        self._context.precision.unscale_(optimizer)
+
+    def clip_grad_norm_(self, params_or_model: Any, max_norm: float,
+                        norm_type: float = 2.0) -> torch.Tensor:
+        """Clip gradients to ``max_norm``, unscaling them first; returns the norm before clipping.
+
+        Takes a model or an iterable of parameters. Every registered optimizer
+        holding one of the parameters is unscaled, so call it between
+        ``backward`` and ``step``.
+        """
+        if isinstance(params_or_model, nn.Module):
+            params = list(params_or_model.parameters())
+        elif isinstance(params_or_model, torch.Tensor):
+            params = [params_or_model]
+        else:
+            params = list(params_or_model)
+        wanted = {id(p) for p in params}
+        for optimizer in self._optimizers:
+            if any(id(p) in wanted for group in optimizer.param_groups for p in group["params"]):
+                self.unscale_(optimizer)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+
+    def no_sync(self, models: Optional[Iterable[nn.Module]] = None):
+        """Skip DDP's gradient all-reduce inside the block (for non-final micro-batches)."""
+        stack = contextlib.ExitStack()
+        for model in self._models if models is None else _as_list(models):
+            if hasattr(model, "no_sync"):
+                stack.enter_context(model.no_sync())
+        return stack
+
+    def micro_batches(self, batch: Any, num: Optional[int] = None,
+                      models: Optional[Iterable[nn.Module]] = None):
+        """Split ``batch`` into ``num`` (default ``accumulate_steps``) micro-batches.
+
+        Yields ``(micro_batch, weight)`` with ``weight = len(micro_batch) / len(batch)``;
+        scale each micro-batch's mean loss by it so the gradients add up to the
+        full batch's. All but the last micro-batch run inside :meth:`no_sync`,
+        so DDP all-reduces once, after the last backward::
+
+            for (x, y), weight in self.micro_batches(batch):
+                with self.autocast():
+                    loss = self.criterion(self.model(x), y)
+                self.backward(loss * weight)
+            self.step(self.optimizer)
+        """
+        pieces = split_batch(batch, num or self._context.settings.accumulate_steps)
+        for index, (piece, weight) in enumerate(pieces):
+            if index == len(pieces) - 1:
+                yield piece, weight
+            else:
+                with self.no_sync(models):
+                    yield piece, weight
 
     # -------------------------------------------------------------- properties
     @property

@@ -10,9 +10,16 @@ operator helpers get mixed precision for free.
 False           any      fp32, no-op
 True            CUDA     fp16 autocast + ``torch.amp.GradScaler``
 True            CPU      bf16 autocast (warned once: CPU has no fp16 autocast worth using)
+"fp16"          any      fp16 autocast + GradScaler, on CPU too (slow there; for testing)
 "bf16"          any      bf16 autocast, no scaler
 "apex"          CUDA     NVIDIA Apex amp (only when ``apex.amp`` imports)
 ==============  =======  ==========================================
+
+Loss scaling is the subtle part: ``backward`` scales, ``unscale_`` divides
+an optimizer's gradients back (before clipping), ``step`` skips the update
+when gradients overflowed. The scaler's ``update`` (which changes the scale)
+is deferred to the next ``backward``, so several optimizers stepped after one
+backward all see the scale their gradients were made with.
 """
 from __future__ import annotations
 
@@ -44,6 +51,14 @@ class Precision:
         optimizer.step()
         return True
 
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make ``optimizer``'s gradients true gradients (before clipping); no-op unscaled."""
+
+    @property
+    def scale(self) -> Optional[float]:
+        """The current loss scale, or None without loss scaling."""
+        return None
+
     def state_dict(self) -> Dict[str, Any]:
         return {}
 
@@ -64,28 +79,55 @@ class AutocastPrecision(Precision):
 
 
 class ScaledFp16Precision(AutocastPrecision):
-    """CUDA fp16 autocast with dynamic loss scaling."""
+    """fp16 autocast with dynamic loss scaling (``torch.amp.GradScaler``)."""
 
     def __init__(self, device_type: str = "cuda"):
         super().__init__(device_type, torch.float16)
         self.scaler = torch.amp.GradScaler(device_type)
+        self._stepped = False  # an update is due before the next backward
+        self._unscaled: set = set()
 
     def backward(self, *losses: torch.Tensor) -> None:
+        self._update()
         torch.autograd.backward([self.scaler.scale(loss) for loss in losses])
 
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if id(optimizer) not in self._unscaled:  # the scaler refuses a second unscale_
+            self._unscaled.add(id(optimizer))
+            self.scaler.unscale_(optimizer)
+
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        scale_before = self.scaler.get_scale()
         self.scaler.step(optimizer)
-        self.scaler.update()
-        # The scaler lowers its scale exactly when it skipped the step.
-        return self.scaler.get_scale() >= scale_before
+        self._stepped = True
+        self._unscaled.discard(id(optimizer))
+        return not self._found_inf(optimizer)
+
+    def _found_inf(self, optimizer: torch.optim.Optimizer) -> bool:
+        # GradScaler keeps per-optimizer overflow flags until update(); reading
+        # them is the only way to know whether this step was skipped.
+        state = self.scaler._per_optimizer_states.get(id(optimizer), {})
+        flags = state.get("found_inf_per_device", {})
+        return bool(sum(float(flag) for flag in flags.values()))
+
+    def _update(self) -> None:
+        if self._stepped:
+            self.scaler.update()
+            self._stepped = False
+            self._unscaled.clear()
+
+    @property
+    def scale(self) -> Optional[float]:
+        return self.scaler.get_scale()
 
     def state_dict(self) -> Dict[str, Any]:
+        self._update()
         return {"scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+            self._stepped = False
+            self._unscaled.clear()
 
 
 class ApexPrecision(Precision):
@@ -130,6 +172,8 @@ def create_precision(use_fp16: Any, device: torch.device,
         return Precision()
     if use_fp16 == "bf16":
         return AutocastPrecision(device_type, torch.bfloat16)
+    if use_fp16 == "fp16":
+        return ScaledFp16Precision(device_type)
     if use_fp16 is True:
         if device_type == "cuda":
             return ScaledFp16Precision(device_type)
@@ -143,4 +187,5 @@ def create_precision(use_fp16: Any, device: torch.device,
         if device_type != "cuda":
             raise ConfigError("use_fp16='apex' needs CUDA; use use_fp16='bf16' on CPU.")
         return ApexPrecision(apex_args)
-    raise ConfigError(f"use_fp16={use_fp16!r} is not valid; use False, True, 'bf16' or 'apex'.")
+    raise ConfigError(f"use_fp16={use_fp16!r} is not valid; use False, True, 'fp16', 'bf16' "
+                      "or 'apex'.")

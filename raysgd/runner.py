@@ -21,6 +21,7 @@ from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.handoff import CommitHandoff
 from raysgd.operator import OperatorContext, TrainingOperator
+from raysgd.packing import pack_tensors, unpack_tensors
 from raysgd.passes import Passes
 from raysgd.precision import create_precision
 from raysgd.timers import NULL_TIMERS, TimerCollection
@@ -225,14 +226,14 @@ class WorkerRunner:
         meters = getattr(self.operator, "_meters", None)
         return {"step": self._passes.steps, "call_done": call_done,
                 "world_size": self.rank.world_size,
-                "state": self.state_dict(components=self.rank.world_rank == 0),
+                "state": pack_tensors(self.state_dict(components=self.rank.world_rank == 0)),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None) -> None:
         """Load a commit: rank 0's snapshot, plus this rank's own when the world size is unchanged."""
-        state = dict(primary["state"])
+        state = dict(unpack_tensors(primary["state"]))
         if own is not None and own is not primary:
-            state.update(own["state"])
+            state.update(unpack_tensors(own["state"]))
         self.load_state_dict(state)
         self.operator._resume_meters = (own or {}).get("meters")
         self._call_done_base = primary["call_done"]

@@ -81,6 +81,7 @@ class TorchTrainer:
                  scheduler_step_freq: Optional[str] = None, use_local: bool = False,
                  checkpoint_every_n_steps: Optional[int] = DEFAULT_COMMIT_EVERY,
                  min_workers: int = 1, failure_config: Optional[FailureConfig] = None,
+                 clip_grad_norm: Optional[float] = None, accumulate_steps: int = 1,
                  placement_timeout_s: float = 60.0,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
@@ -105,7 +106,8 @@ class TorchTrainer:
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
             num_cpus_per_worker=num_cpus_per_worker,
-            commit_every=check_commit_every(checkpoint_every_n_steps))
+            commit_every=check_commit_every(checkpoint_every_n_steps),
+            clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._global_batch = self._check_batch_size()
         self._placement_timeout_s = placement_timeout_s

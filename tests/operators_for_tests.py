@@ -236,3 +236,84 @@ class FaultyOperator(TrainingOperator):
         features, target = batch
         features = features + 0.01 * torch.from_numpy(np.random.rand(*features.shape).astype("float32"))
         return super().train_batch((features, target), batch_info)
+
+
+class PrecisionGANOperator(TrainingOperator):
+    """A GAN loop written with every helper: autocast, backward, clip, step."""
+
+    def setup(self, config):
+        torch.manual_seed(0)
+        discriminator = nn.Sequential(nn.Linear(4, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+        generator = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt_d = torch.optim.Adam(discriminator.parameters(), lr=0.01, betas=(0.5, 0.999))
+        opt_g = torch.optim.Adam(generator.parameters(), lr=0.01, betas=(0.5, 0.999))
+        self.models, self.optimizers, self.criterion = self.register(
+            models=(discriminator, generator), optimizers=(opt_d, opt_g),
+            criterion=nn.BCEWithLogitsLoss())
+        real = torch.randn(512, 4) * 0.5 + 2.0
+        self.register_data(train_loader=DataLoader(real, batch_size=config.get(BATCH_SIZE, 64)))
+
+    def train_batch(self, batch, batch_info):
+        discriminator, generator = self.models
+        opt_d, opt_g = self.optimizers
+        batch = batch.to(self.device)
+        valid = torch.ones(batch.shape[0], 1, device=self.device)
+        fake = torch.zeros_like(valid)
+        z = torch.randn(batch.shape[0], 2, device=self.device)
+        with self.autocast():
+            generated = generator(z)
+            g_loss = self.criterion(discriminator(generated), valid)
+        opt_g.zero_grad()
+        self.backward(g_loss)
+        self.clip_grad_norm_(generator, 5.0)
+        self.step(opt_g)
+        with self.autocast():
+            real_loss = self.criterion(discriminator(batch), valid)
+            fake_loss = self.criterion(discriminator(generated.detach()), fake)
+        opt_d.zero_grad()
+        self.backward(real_loss, fake_loss)  # several losses in one call
+        self.step(opt_d)
+        return {"loss_g": g_loss.item(), "loss_d": (real_loss + fake_loss).item() / 2,
+                "mean_distance": (generated.float().mean(0) - 2.0).abs().mean().item(),
+                "num_samples": batch.shape[0]}
+
+
+class ConvOperator(TrainingOperator):
+    """A small conv net on a learnable synthetic image task (class = brightest quadrant)."""
+
+    def setup(self, config):
+        torch.manual_seed(config.get("seed", 0))
+        images = torch.rand(512, 1, 8, 8)
+        quadrants = torch.stack([images[:, 0, :4, :4].mean((1, 2)), images[:, 0, :4, 4:].mean((1, 2)),
+                                 images[:, 0, 4:, :4].mean((1, 2)), images[:, 0, 4:, 4:].mean((1, 2))], 1)
+        labels = quadrants.argmax(1)
+        model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                              nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 4))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        self.model, self.optimizer, self.criterion = self.register(
+            models=model, optimizers=optimizer, criterion=nn.CrossEntropyLoss())
+        data = TensorDataset(images, labels)
+        self.register_data(train_loader=DataLoader(data, batch_size=config.get(BATCH_SIZE, 64),
+                                                   shuffle=True),
+                           validation_loader=DataLoader(data, batch_size=128))
+
+
+class SyncCountingOperator(LinearOperator):
+    """Counts DDP gradient all-reduces through a communication hook."""
+
+    def setup(self, config):
+        super().setup(config)
+        self.allreduces = 0
+        if hasattr(self.model, "register_comm_hook"):
+            self.model.register_comm_hook(None, self._counting_hook)
+
+    def _counting_hook(self, state, bucket):
+        self.allreduces += 1
+        tensor = bucket.buffer().div_(self.world_size)
+        work = torch.distributed.all_reduce(tensor, async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0])
+
+    def train_batch(self, batch, batch_info):
+        before = self.allreduces
+        metrics = super().train_batch(batch, batch_info)
+        return {**metrics, "allreduces": self.allreduces - before}

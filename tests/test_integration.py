@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from operators_for_tests import (CustomWrapperOperator, FailingOperator, GANOperator, LinearOperator,
-                                 NoDataOperator, NoRegisterOperator, SetupFailOperator,
-                                 UnevenOperator)
+                                 NoDataOperator, NoRegisterOperator, PrecisionGANOperator,
+                                 SetupFailOperator, SyncCountingOperator, UnevenOperator)
 from raysgd import TorchTrainer
 from raysgd.errors import ConfigError, ResourcesUnavailableError, TrainerShutdownError
 from raysgd.torch import TrainingOperator
@@ -108,6 +108,36 @@ def test_save_load_across_trainers_and_worker_counts(trainer_factory, tmp_path):
     assert single.train()["epoch"] == 4
     restored = single.get_model()
     assert not torch.equal(restored.weight, model.weight)  # it kept training
+
+
+def test_accumulation_all_reduces_once_per_step_and_matches_whole_batches(trainer_factory):
+    config = {BATCH_SIZE: 64}
+    whole = trainer_factory(SyncCountingOperator, config=config)
+    micro = trainer_factory(SyncCountingOperator, config=config, accumulate_steps=4)
+    a, b = whole.train(), micro.train()
+    assert a["allreduces"] == b["allreduces"] == 1  # 4 micro-batches, still one all-reduce
+    assert b["num_samples"] == a["num_samples"] == 1000
+    for p, q in zip(params_per_worker(whole)[0], params_per_worker(micro)[0]):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+    rank0, rank1 = params_per_worker(micro)
+    assert all(torch.equal(p, q) for p, q in zip(rank0, rank1))
+
+
+def test_fp16_gan_with_clipping_on_two_workers_keeps_scaler_state(trainer_factory, tmp_path):
+    trainer = trainer_factory(PrecisionGANOperator, config={BATCH_SIZE: 64}, use_fp16="fp16")
+    first = trainer.train()
+    for _ in range(3):
+        last = trainer.train()
+    assert last["mean_distance"] < first["mean_distance"]
+    scales = trainer.apply_all_operators(lambda op: op._context.precision.state_dict())
+    assert scales[0] == scales[1]
+    path = str(tmp_path / "gan.ckpt")
+    trainer.save(path)
+    fresh = trainer_factory(PrecisionGANOperator, config={BATCH_SIZE: 64}, use_fp16="fp16",
+                            num_workers=1)
+    fresh.load(path)
+    assert fresh.apply_all_operators(
+        lambda op: op._context.precision.state_dict())[0] == scales[0]
 
 
 def test_use_local_runs_rank_zero_in_the_driver(trainer_factory):

@@ -1,0 +1,91 @@
+"""The recovery benchmark's variants, the figures each must report, and its ratios."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Tuple
+
+from raysgd.config import DEFAULT_COMMIT_EVERY
+
+from bench.catalog import Variant
+
+DENSE_COMMIT_EVERY = 10
+
+# Figures every run of a kind must hold to count as ok (wall_s and peak_mem_mib
+# come from the parent, the others from the variant's BENCH_RESULT line).
+RECOVERY_FIGURES = ("recovery_s", "steps_rerun", "commit_interval", "first_step_s",
+                    "wall_s", "peak_mem_mib")
+RAYSGD_RECOVERY_FIGURES = RECOVERY_FIGURES + ("recovery_reported_s", "steps_lost_reported")
+THROUGHPUT_FIGURES = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
+
+HEADERS = {"recovery_s": "kill→next step (s)",
+           "recovery_reported_s": "raysgd's own (s)",
+           "steps_rerun": "steps re-run",
+           "steps_lost_reported": "steps lost (raysgd)",
+           "commit_interval": "commit interval",
+           "steady_samples_per_s": "steady samples/s",
+           "first_step_s": "first step (s)",
+           "wall_s": "wall (s)",
+           "peak_mem_mib": "peak mem (MiB)",
+           "steps_rerun/commit_interval": "steps re-run / interval"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    variant: Variant
+    kind: str  # "recovery" or "throughput"
+    figures: Tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+
+_R = "bench.recovery."
+ENTRIES: Tuple[Entry, ...] = (
+    Entry(Variant("raysgd_recovery",
+                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps",
+                  _R + "raysgd_kill", ("--commit-every", str(DEFAULT_COMMIT_EVERY))),
+          "recovery", RAYSGD_RECOVERY_FIGURES),
+    Entry(Variant("raytrain_recovery",
+                  "Ray Train, checkpoint every epoch",
+                  _R + "raytrain_kill", ("--max-failures", "3")),
+          "recovery", RECOVERY_FIGURES),
+    Entry(Variant("raysgd_commit_none", "raysgd, commits at train() ends only",
+                  _R + "raysgd_commit", ("--commit-every", "none")),
+          "throughput", THROUGHPUT_FIGURES),
+    Entry(Variant("raysgd_commit_default",
+                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps (default)",
+                  _R + "raysgd_commit", ("--commit-every", str(DEFAULT_COMMIT_EVERY))),
+          "throughput", THROUGHPUT_FIGURES + ("commit_interval",)),
+    Entry(Variant(f"raysgd_commit_{DENSE_COMMIT_EVERY}",
+                  f"raysgd, commit every {DENSE_COMMIT_EVERY} steps",
+                  _R + "raysgd_commit", ("--commit-every", str(DENSE_COMMIT_EVERY))),
+          "throughput", THROUGHPUT_FIGURES + ("commit_interval",)),
+)
+
+BY_NAME = {entry.name: entry for entry in ENTRIES}
+
+# (label, numerator, denominator, figure or (num figure, den figure), target);
+# see bench.report.compute_ratios. Targets are reported, never enforced.
+RATIOS = (
+    ("raysgd/Ray Train", "raysgd_recovery", "raytrain_recovery", "recovery_s", ("<=", 0.5)),
+    ("raysgd/Ray Train", "raysgd_recovery", "raytrain_recovery", "steps_rerun", None),
+    ("raysgd re-run/interval", "raysgd_recovery", "raysgd_recovery",
+     ("steps_rerun", "commit_interval"), ("<=", 1.0)),
+    ("Ray Train re-run/interval", "raytrain_recovery", "raytrain_recovery",
+     ("steps_rerun", "commit_interval"), None),
+    ("commit default/none", "raysgd_commit_default", "raysgd_commit_none",
+     "steady_samples_per_s", (">=", 0.97)),
+    (f"commit {DENSE_COMMIT_EVERY}/none", f"raysgd_commit_{DENSE_COMMIT_EVERY}",
+     "raysgd_commit_none", "steady_samples_per_s", None),
+)
+
+
+def select(names: List[str] = None) -> List[Entry]:
+    """The entries called ``names`` (all when empty), in catalogue order."""
+    if not names:
+        return list(ENTRIES)
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(BY_NAME)}")
+    return [entry for entry in ENTRIES if entry.name in names]

@@ -1,0 +1,76 @@
+"""Variant: raysgd ``TorchTrainer`` (2 workers), one worker SIGKILLed mid-epoch.
+
+Epoch 1 is warm-up (its ``train()`` ends with a commit). Before epoch 2 the
+worker pids come from ``trainer.apply_all_workers(os.getpid)``; a thread kills
+rank 1 when rank 0's step log shows the kill step. ``train()`` recovers by itself.
+"""
+import os
+import shutil
+import tempfile
+
+import ray
+
+from raysgd import TorchTrainer
+from raysgd.config import DEFAULT_COMMIT_EVERY
+from raysgd.utils import BATCH_SIZE
+
+from bench.child import emit, launch_time, parse_args, set_threads
+from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
+from bench.recovery.step_operator import StepLogOperator
+from bench.recovery.steplog import Killer, analyse, read_log
+from bench.workloads import get_workload
+
+
+def _extra(parser) -> None:
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
+                        help="checkpoint_every_n_steps (default: raysgd's default, %(default)s)")
+    parser.add_argument("--victim-rank", type=int, default=1)
+
+
+def main() -> None:
+    args = parse_args(__doc__, _extra)
+    set_threads(args.threads)
+    t0 = launch_time()
+    workload = get_workload(args.workload, RECOVERY_MODE)  # whatever --mode says
+    steps_per_epoch = workload.num_samples // workload.batch_size
+    target = kill_step(steps_per_epoch)
+    step_dir = tempfile.mkdtemp(prefix="bench-recovery-raysgd-")
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        trainer = TorchTrainer(training_operator_cls=StepLogOperator, num_workers=args.num_workers,
+                               use_gpu=False, num_cpus_per_worker=args.threads,
+                               checkpoint_every_n_steps=args.commit_every,
+                               config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
+                                       "mode": RECOVERY_MODE, "step_dir": step_dir})
+        trainer.train()  # warm-up epoch; the call ends with a commit
+        pids = trainer.apply_all_workers(os.getpid)
+        killer = Killer(step_dir, target, lambda: pids[args.victim_rank])
+        killer.start()
+        for _ in range(RECOVERY_EPOCHS - 1):
+            trainer.train()
+        killer.join(timeout=1)
+        stats = trainer.recovery_stats
+        trainer.shutdown()
+    finally:
+        ray.shutdown()
+    records = read_log(step_dir)
+    shutil.rmtree(step_dir, ignore_errors=True)
+    figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
+               "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
+               "commit_interval": args.commit_every,
+               "first_step_s": records[0][1] - t0 if records else None,
+               "final_step": records[-1][0] if records else None,
+               "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
+               "restarts": len({pid for _, _, pid in records}) - 1,
+               "failures": stats.failures, "recoveries": stats.recoveries,
+               "num_workers_after": stats.num_workers,
+               "recovery_reported_s": stats.last_recovery_s,
+               "steps_lost_reported": stats.steps_lost}
+    if killer.kill_time is not None:
+        figures.update(analyse(records, killer.kill_time))
+    emit(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Variant: Ray Train 2.x ``TorchTrainer`` (2 workers), one worker SIGKILLed mid-epoch.
+
+``RunConfig(failure_config=FailureConfig(max_failures=3), storage_path=<tmp>)``;
+every epoch ends with ``ray.train.report(metrics, checkpoint=...)`` (rank 0 saves
+model and optimizer state), and the train function restores from
+``ray.train.get_checkpoint()`` when there is one, so a restart re-runs the
+epoch it was killed in. Workers write their pids and rank 0 its steps to a
+shared temporary directory; a driver thread kills rank 1 at the kill step, or
+later if Ray Train has not yet registered the epoch-1 checkpoint by then.
+Ray Train's own settings (health-check interval and so on) are left at their
+defaults.
+"""
+import os
+import shutil
+import tempfile
+
+import ray
+import ray.train
+import torch
+from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
+
+from bench.child import emit, launch_time, parse_args, set_threads
+from bench.loop import train_epoch
+from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
+from bench.recovery.steplog import Killer, StepLog, analyse, read_log, read_pid
+from bench.workloads import get_workload
+
+STATE_FILE = "state.pt"
+RUN_NAME = "bench-recovery"
+# Written by Ray Train's controller once it has registered a reported checkpoint.
+SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
+
+
+def _extra(parser) -> None:
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--max-failures", type=int, default=3)
+    parser.add_argument("--victim-rank", type=int, default=1)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """The hand-written loop with per-epoch checkpoints and a restore at start."""
+    set_threads(config["threads"])
+    workload = get_workload(config["workload"], config["mode"])
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    log = StepLog(config["step_dir"], rank)
+    model = workload.model()
+    optimizer = workload.optimizer(model)
+    start_epoch = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as directory:
+            state = torch.load(os.path.join(directory, STATE_FILE))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"]
+    model = prepare_model(model)
+    loader = prepare_data_loader(workload.loader(workload.batch_size // world))
+    criterion = workload.criterion()
+    step = start_epoch * len(loader)
+
+    def on_step() -> None:
+        nonlocal step
+        step += 1
+        log.completed(step)
+
+    for epoch in range(start_epoch, config["epochs"]):
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        train_epoch(model, optimizer, criterion, loader, on_step=on_step)
+        with tempfile.TemporaryDirectory() as directory:
+            saved = None
+            if rank == 0:
+                torch.save({"model": model.module.state_dict(),
+                            "optimizer": optimizer.state_dict(), "epoch": epoch + 1},
+                           os.path.join(directory, STATE_FILE))
+                saved = Checkpoint.from_directory(directory)
+            ray.train.report({"epoch": epoch + 1, "step": step}, checkpoint=saved)
+
+
+def main() -> None:
+    args = parse_args(__doc__, _extra)
+    set_threads(args.threads)
+    t0 = launch_time()
+    workload = get_workload(args.workload, RECOVERY_MODE)  # whatever --mode says
+    steps_per_epoch = workload.num_samples // workload.batch_size
+    target = kill_step(steps_per_epoch)
+    storage = tempfile.mkdtemp(prefix="bench-recovery-raytrain-")
+    step_dir = os.path.join(storage, "steps")
+    os.makedirs(step_dir)
+    config = {"workload": args.workload, "mode": RECOVERY_MODE, "threads": args.threads,
+              "step_dir": step_dir, "epochs": RECOVERY_EPOCHS}
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        # Kill only once the epoch-1 checkpoint is registered, so the restart
+        # resumes from it (the controller collects reports when it polls).
+        snapshot = os.path.join(storage, RUN_NAME, SNAPSHOT_FILE)
+        killer = Killer(step_dir, target, lambda: read_pid(step_dir, args.victim_rank),
+                        ready=lambda: os.path.exists(snapshot))
+        killer.start()
+        trainer = TorchTrainer(
+            train_loop_per_worker, train_loop_config=config,
+            scaling_config=ScalingConfig(num_workers=args.num_workers, use_gpu=False,
+                                         resources_per_worker={"CPU": args.threads}),
+            run_config=RunConfig(name=RUN_NAME, storage_path=storage,
+                                 failure_config=FailureConfig(max_failures=args.max_failures)))
+        trainer.fit()
+        killer.join(timeout=1)
+    finally:
+        ray.shutdown()
+    records = read_log(step_dir)
+    shutil.rmtree(storage, ignore_errors=True)
+    figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
+               "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
+               "commit_interval": steps_per_epoch,  # a checkpoint every epoch
+               "max_failures": args.max_failures,
+               "first_step_s": records[0][1] - t0 if records else None,
+               "final_step": records[-1][0] if records else None,
+               "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
+               "restarts": len({pid for _, _, pid in records}) - 1}
+    if killer.kill_time is not None:
+        figures.update(analyse(records, killer.kill_time))
+    emit(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""How a recovery variant sees its workers' progress and kills one of them.
+
+Worker side (:class:`StepLog`): every rank writes its pid to ``pid-rank{r}``
+when it starts (a restarted worker overwrites it), and rank 0 appends one line
+``step wall_time pid`` to ``steps.log`` after every completed optimizer step.
+``step`` is the global step count after that step (1 for the first one), so a
+run resumed from a commit or checkpoint taken after ``c`` steps logs ``c + 1``
+next.
+
+Driver side (:class:`Killer`): a thread that waits until the log shows step
+``kill_step``, then SIGKILLs one worker process and notes the wall time.
+:func:`analyse` then reads the log: the first step completed after a restore
+(a new rank-0 pid, or a step count that went back) gives the recovery time
+(kill → that step) and the steps re-run (the newest step reached before it
+minus the step it resumed from).
+
+Only the standard library here: Ray workers import this module.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+LOG_NAME = "steps.log"
+
+Record = Tuple[int, float, int]  # (step, wall time, pid)
+
+
+def pid_path(directory: str, rank: int) -> str:
+    return os.path.join(directory, f"pid-rank{rank}")
+
+
+class StepLog:
+    """Worker side: ``log = StepLog(dir, rank)`` in set-up, ``log.completed(step)`` per step."""
+
+    def __init__(self, directory: str, rank: int):
+        self.rank = rank
+        tmp = pid_path(directory, rank) + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(str(os.getpid()))
+        os.replace(tmp, pid_path(directory, rank))
+        self._handle = open(os.path.join(directory, LOG_NAME), "a") if rank == 0 else None
+        self._pid = os.getpid()
+
+    def completed(self, step: int) -> None:
+        """Rank 0: ``step`` optimizer steps are done (one short line, flushed at once)."""
+        if self._handle is not None:
+            self._handle.write(f"{step} {time.time():.6f} {self._pid}\n")
+            self._handle.flush()
+
+
+def read_log(directory: str) -> List[Record]:
+    """Every complete line of the step log, in the order written."""
+    try:
+        with open(os.path.join(directory, LOG_NAME)) as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3:
+            try:
+                records.append((int(parts[0]), float(parts[1]), int(parts[2])))
+            except ValueError:
+                pass  # a line cut short by SIGKILL
+    return records
+
+
+def read_pid(directory: str, rank: int) -> int:
+    with open(pid_path(directory, rank)) as handle:
+        return int(handle.read())
+
+
+class Killer(threading.Thread):
+    """Waits for ``kill_step`` in the log (and ``ready()``, if given), then SIGKILLs
+    ``victim_pid()``, once."""
+
+    def __init__(self, directory: str, kill_step: int, victim_pid: Callable[[], int],
+                 ready: Optional[Callable[[], bool]] = None, deadline_s: float = 600.0,
+                 poll_s: float = 0.002):
+        super().__init__(daemon=True, name="bench-killer")
+        self.directory = directory
+        self.kill_step = kill_step
+        self.victim_pid = victim_pid
+        self.ready = ready
+        self.deadline_s = deadline_s
+        self.poll_s = poll_s
+        self.kill_time: Optional[float] = None
+        self.step_at_kill: Optional[int] = None
+        self.victim: Optional[int] = None
+        self.error: Optional[str] = None
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.deadline_s
+        while time.monotonic() < deadline:
+            records = read_log(self.directory)
+            if records and records[-1][0] >= self.kill_step and (
+                    self.ready is None or self.ready()):
+                try:
+                    self.victim = self.victim_pid()
+                    self.step_at_kill = records[-1][0]
+                    self.kill_time = time.time()
+                    os.kill(self.victim, signal.SIGKILL)
+                except (OSError, ValueError) as exc:
+                    self.error = f"could not kill the worker: {exc!r}"
+                return
+            time.sleep(self.poll_s)
+        self.error = f"step {self.kill_step} not reached within {self.deadline_s:.0f}s"
+
+
+def analyse(records: List[Record], kill_time: float) -> Dict[str, Optional[float]]:
+    """Recovery time and steps re-run, from the step log and the kill's wall time.
+
+    The first step completed after the restore is the first record after
+    ``kill_time`` that comes from another rank-0 process than the one running at
+    the kill, or whose step count is not above the previous record's.
+    """
+    before = [r for r in records if r[1] <= kill_time]
+    old_pid = before[-1][2] if before else None
+    previous = before[-1][0] if before else 0
+    reached = previous
+    for step, wall, pid in records[len(before):]:
+        if pid != old_pid or step <= previous:
+            return {"recovery_s": wall - kill_time, "resumed_from_step": step - 1,
+                    "last_step_before_restore": reached, "steps_rerun": reached - (step - 1)}
+        previous = reached = step  # the old rank 0 finished a step already in flight
+    return {"recovery_s": None, "resumed_from_step": None, "last_step_before_restore": reached,
+            "steps_rerun": None}

@@ -1,0 +1,58 @@
+"""Smoke test for ``python -m bench.recovery --quick``: every variant yields every figure.
+
+It asserts nothing about speed, recovery time or the targets; only that each
+run worked (a worker was killed and training still reached its last step) and
+that the JSON holds each variant's figures and the ratios.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECOVERY = ("recovery_s", "steps_rerun", "commit_interval", "first_step_s", "wall_s",
+            "peak_mem_mib")
+THROUGHPUT = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
+EXPECTED = {
+    "raysgd_recovery": RECOVERY + ("recovery_reported_s", "steps_lost_reported"),
+    "raytrain_recovery": RECOVERY,
+    "raysgd_commit_none": THROUGHPUT,
+    "raysgd_commit_default": THROUGHPUT + ("commit_interval",),
+    "raysgd_commit_10": THROUGHPUT + ("commit_interval",),
+}
+CAN_BE_ZERO = {"steps_rerun", "steps_lost_reported"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_recovery_quick_reports_every_figure(tmp_path):
+    out = tmp_path / "recovery.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.recovery", "--quick", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["variants"]) == set(EXPECTED)
+    for name, figures in EXPECTED.items():
+        variant = document["variants"][name]
+        assert variant["runs"], name
+        for run in variant["runs"]:
+            assert run["ok"], f"{name}: {run.get('error')}"
+        for figure in figures:
+            stats = variant["summary"][figure]
+            assert stats, (name, figure)
+            assert all(stats[k] >= 0 if figure in CAN_BE_ZERO else stats[k] > 0
+                       for k in ("median", "min", "max")), (name, figure, stats)
+    for name in ("raysgd_recovery", "raytrain_recovery"):
+        run = document["variants"][name]["runs"][0]
+        assert run["restarts"] >= 1 and run["final_step"] == run["expected_final_step"], run
+    assert document["variants"]["raysgd_recovery"]["runs"][0]["recoveries"] == 1
+    labels = {(ratio["ratio"], ratio["figure"]) for ratio in document["ratios"]}
+    assert labels == {("raysgd/Ray Train", "recovery_s"), ("raysgd/Ray Train", "steps_rerun"),
+                      ("raysgd re-run/interval", "steps_rerun/commit_interval"),
+                      ("Ray Train re-run/interval", "steps_rerun/commit_interval"),
+                      ("commit default/none", "steady_samples_per_s"),
+                      ("commit 10/none", "steady_samples_per_s")}
+    assert "memory_method" in document["meta"]
+    assert "raysgd/Ray Train" in proc.stdout  # the ratios table was printed
