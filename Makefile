@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu clean
 
 install: $(STAMP)
 
@@ -36,3 +36,6 @@ bench: install
 
 bench-quick: install
 	$(PY) -m bench --quick
+
+bench-gpu: install
+	$(PY) -m bench.gpu

@@ -1,7 +1,8 @@
 """``python -m bench [--quick] [--workload mlp|resnet] [--out PATH]``: run, print, save.
 
 ``python -m bench --recovery [...]`` runs the recovery benchmark instead
-(``python -m bench.recovery``; its own options follow ``--recovery``).
+(``python -m bench.recovery``; its own options follow ``--recovery``), and
+``python -m bench --gpu [...]`` the GPU precision benchmark (``python -m bench.gpu``).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds before one run is killed (default: %(default)s)")
     parser.add_argument("--recovery", action="store_true",
                         help="run the recovery benchmark instead (python -m bench.recovery)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="run the GPU precision benchmark instead (python -m bench.gpu)")
     return parser.parse_args(argv)
 
 
@@ -40,6 +43,10 @@ def main(argv=None) -> int:
         from bench.recovery.cli import main as recovery_main
 
         return recovery_main([arg for arg in argv if arg != "--recovery"])
+    if "--gpu" in argv:
+        from bench.gpu.cli import main as gpu_main
+
+        return gpu_main([arg for arg in argv if arg != "--gpu"])
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)

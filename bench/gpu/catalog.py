@@ -1,0 +1,50 @@
+"""The GPU mode's variants, the figures each run must report, and its ratios."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from bench.catalog import Variant
+from bench.gpu import PRECISIONS, RAYSGD_USE_FP16
+
+# Every ok run holds these (wall_s and peak_mem_mib come from the parent).
+FIGURES = ("images_per_s", "wall_s", "peak_mem_mib")
+# Shown when every ok run has them: GPU memory exists on CUDA only, the loss
+# scale for fp16 only.
+OPTIONAL_FIGURES = ("gpu_mem_mib", "loss_scale")
+
+HEADERS = {"images_per_s": "images/s", "gpu_mem_mib": "peak GPU mem (MiB)",
+           "loss_scale": "loss scale", "wall_s": "wall (s)", "peak_mem_mib": "peak mem (MiB)"}
+
+
+def _pair(precision: str) -> Tuple[Variant, Variant]:
+    raysgd = Variant(f"raysgd_{precision}",
+                     f"raysgd 1 worker (use_local), use_fp16={RAYSGD_USE_FP16[precision]!r}",
+                     "bench.gpu.raysgd_amp", ("--precision", precision))
+    extra = {"fp32": "", "fp16": "autocast + GradScaler", "bf16": "autocast"}[precision]
+    loop = Variant(f"loop_{precision}", f"hand-written loop, {precision} {extra}".rstrip(),
+                   "bench.gpu.loop_amp", ("--precision", precision))
+    return raysgd, loop
+
+
+# Each raysgd variant sits next to the loop it is compared with, so the pair
+# runs back to back and shares whatever drift (clocks, heat) there is.
+VARIANTS: Tuple[Variant, ...] = tuple(v for p in PRECISIONS for v in _pair(p))
+BY_NAME = {variant.name: variant for variant in VARIANTS}
+
+# (label, numerator, denominator, figure, target); see bench.report.compute_ratios.
+# Targets are reported, never enforced.
+RATIOS = tuple(
+    [(f"raysgd/loop {p}", f"raysgd_{p}", f"loop_{p}", "images_per_s", (">=", 0.98))
+     for p in PRECISIONS]
+    + [(f"loop {p}/fp32", f"loop_{p}", "loop_fp32", "images_per_s", None)
+       for p in PRECISIONS if p != "fp32"])
+
+
+def select(names: List[str] = None) -> List[Variant]:
+    """The variants called ``names`` (all when empty), in catalogue order."""
+    if not names:
+        return list(VARIANTS)
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(BY_NAME)}")
+    return [variant for variant in VARIANTS if variant.name in names]

@@ -1,0 +1,76 @@
+"""What both GPU-mode variant processes share: arguments, device set-up, clock, result."""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from bench.child import emit
+from bench.gpu import PRECISIONS
+from bench.gpu.workload import MODES, GpuWorkload, get_workload
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--workload", default=None,
+                        help="must match the mode's workload (passed by bench.launch)")
+    parser.add_argument("--mode", choices=MODES, default="full")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default: cuda when available")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps")
+    return parser.parse_args()
+
+
+def setup(args: argparse.Namespace) -> tuple:
+    """``(workload, device)`` for these arguments; threads and cuDNN configured."""
+    workload = get_workload(args.mode, args.warmup, args.steps)
+    if args.workload not in (None, workload.name):
+        raise SystemExit(f"--workload {args.workload} does not match mode {args.mode} "
+                         f"({workload.name})")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.set_num_threads(args.threads)
+    # Fixed input shapes: let cuDNN pick its fastest kernels once, for every variant alike.
+    torch.backends.cudnn.benchmark = True
+    return workload, device
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so the clock measures work done, not work launched."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(run: Callable[[], Any], device: torch.device) -> tuple:
+    """``(seconds, run())``, synchronised on both ends."""
+    sync(device)
+    start = time.perf_counter()
+    value = run()
+    sync(device)
+    return time.perf_counter() - start, value
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def gpu_mem_mib(device: torch.device) -> Optional[float]:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2 ** 20
+
+
+def report(workload: GpuWorkload, precision: str, device: torch.device, seconds: float,
+           **extra: Any) -> None:
+    """Print the ``BENCH_RESULT`` line: images/s over the timed steps plus context."""
+    figures: Dict[str, Any] = {
+        "images_per_s": workload.timed_steps * workload.batch_size / seconds,
+        "timed_s": seconds, "precision": precision, "device": device_name(device),
+        "device_type": device.type, "model": workload.name, "batch_size": workload.batch_size,
+        "warmup_steps": workload.warmup_steps, "timed_steps": workload.timed_steps,
+        "gpu_mem_mib": gpu_mem_mib(device), **extra}
+    emit(figures)

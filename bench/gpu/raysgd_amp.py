@@ -1,0 +1,38 @@
+"""Variant: raysgd ``TorchTrainer(num_workers=1, use_local=True, use_fp16=...)``, default loop.
+
+With one local worker there is no Ray and no process group: the figures show
+what raysgd's own step (precision object, metrics, commits) costs against the
+hand-written loop.
+"""
+from __future__ import annotations
+
+from raysgd import TorchTrainer
+
+from bench.gpu import RAYSGD_USE_FP16
+from bench.gpu.child import parse_args, report, setup, timed
+from bench.gpu.raysgd_operator import PoolOperator
+
+
+def loss_scale(trainer: TorchTrainer):
+    """The GradScaler's scale after the timed steps (fp16 only), through the public state."""
+    return (trainer.state_dict().get("precision") or {}).get("scaler", {}).get("scale")
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    workload, device = setup(args)
+    use_fp16 = RAYSGD_USE_FP16[args.precision]
+    trainer = TorchTrainer(training_operator_cls=PoolOperator, num_workers=1,
+                           use_gpu=device.type == "cuda", use_local=True, use_fp16=use_fp16,
+                           num_cpus_per_worker=args.threads, config={"mode": args.mode})
+    # Warm-up and timed runs are one train() call each, as a user would make them.
+    trainer.train(num_steps=workload.warmup_steps)
+    seconds, metrics = timed(lambda: trainer.train(num_steps=workload.timed_steps), device)
+    scale = loss_scale(trainer) if args.precision == "fp16" else None
+    trainer.shutdown()
+    report(workload, args.precision, device, seconds, train_loss=metrics.get("train_loss"),
+           loss_scale=scale, use_fp16=use_fp16)
+
+
+if __name__ == "__main__":
+    main()

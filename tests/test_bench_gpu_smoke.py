@@ -1,0 +1,40 @@
+"""Smoke test for ``python -m bench.gpu --quick``: every variant runs and reports images/s.
+
+On a machine without CUDA the quick mode trains a tiny model on the CPU. It
+asserts nothing about speed or the targets; only that each run worked and
+that the JSON holds each variant's throughput and the ratios.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRECISIONS = ("fp32", "fp16", "bf16")
+VARIANTS = {f"{kind}_{p}" for kind in ("raysgd", "loop") for p in PRECISIONS}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_bench_gpu_quick_reports_throughput_for_every_variant(tmp_path):
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--quick", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["variants"]) == VARIANTS
+    for name, variant in document["variants"].items():
+        assert variant["runs"], name
+        for run in variant["runs"]:
+            assert run["ok"], f"{name}: {run.get('error')}"
+            assert run["images_per_s"] > 0 and run["precision"] == name.split("_")[1], run
+            assert run["device"], run
+        assert variant["summary"]["images_per_s"]["median"] > 0, name
+    for name in ("raysgd_fp16", "loop_fp16"):  # the GradScaler ran and its scale was read
+        assert document["variants"][name]["runs"][0]["loss_scale"] > 0, name
+    labels = {(ratio["ratio"], ratio["figure"]) for ratio in document["ratios"]}
+    assert labels == {(f"raysgd/loop {p}", "images_per_s") for p in PRECISIONS} | {
+        ("loop fp16/fp32", "images_per_s"), ("loop bf16/fp32", "images_per_s")}
+    assert "raysgd/loop fp32" in proc.stdout  # the ratios table was printed
