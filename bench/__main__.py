@@ -12,7 +12,7 @@ import sys
 
 from bench import catalog
 from bench.launch import REPO_ROOT, run_all
-from bench.report import compute_ratios, metadata_block, summarize, tables, write_json
+from bench.report import compute_ratios, metadata_block, save, summarize, tables
 from bench.workloads import NAMES
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "latest.json")
@@ -61,12 +61,7 @@ def main(argv=None) -> int:
     variants_doc = {v.name: {"label": v.label, "command": v.command(args.workload, mode),
                              "summary": summaries[v.name], "runs": runs[v.name]}
                     for v in variants}
-    write_json(args.out, {"meta": meta, "variants": variants_doc, "ratios": ratios})
-    print(f"written to {args.out}")
-    failed = [name for name, variant_runs in runs.items() if not all(r["ok"] for r in variant_runs)]
-    if failed:
-        print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
-    return 1 if failed else 0
+    return save(args.out, meta, variants_doc, ratios, runs)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,17 @@ VARIANTS: Tuple[Variant, ...] = (
 BY_NAME = {variant.name: variant for variant in VARIANTS}
 
 
+def pick(items: Sequence, names: Optional[List[str]] = None) -> list:
+    """The ``items`` (anything with a ``name``) called ``names``, all when empty, in order."""
+    if not names:
+        return list(items)
+    known = {item.name for item in items}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(known)}")
+    return [item for item in items if item.name in names]
+
+
 def select(names: List[str] = None) -> List[Variant]:
     """The variants called ``names`` (all when empty), in catalogue order."""
-    if not names:
-        return list(VARIANTS)
-    unknown = sorted(set(names) - set(BY_NAME))
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(BY_NAME)}")
-    return [variant for variant in VARIANTS if variant.name in names]
+    return pick(VARIANTS, names)

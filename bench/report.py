@@ -6,6 +6,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any, Dict, List, Optional
@@ -123,3 +124,26 @@ def write_json(path: str, document: Dict[str, Any]) -> None:
     with open(tmp, "w") as out:
         json.dump(document, out, indent=2)
     os.replace(tmp, path)
+
+
+def settle(run: Dict[str, Any], problems: List[str]) -> Dict[str, Any]:
+    """Set ``run["ok"]`` and ``run["error"]`` from a mode's ``problems`` and the launcher's text."""
+    tail = run.pop("error", "")
+    if tail.startswith("timed out"):
+        problems.insert(0, tail.split(";", 1)[0])
+    run["ok"] = not problems
+    if problems:
+        detail = tail.split("\n", 1)[1] if "\n" in tail else ""
+        run["error"] = "; ".join(problems) + ("; output tail:\n" + detail if detail else "")
+    return run
+
+
+def save(out: str, meta: Dict[str, Any], variants_doc: Dict[str, Any], ratios: list,
+         runs: Dict[str, list]) -> int:
+    """Write the JSON, say where, name failed variants; the exit code (1 if any failed)."""
+    write_json(out, {"meta": meta, "variants": variants_doc, "ratios": ratios})
+    print(f"written to {out}")
+    failed = [name for name, variant_runs in runs.items() if not all(r["ok"] for r in variant_runs)]
+    if failed:
+        print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
+    return 1 if failed else 0

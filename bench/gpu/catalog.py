@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from bench.catalog import Variant
+from bench.catalog import Variant, pick
 from bench.gpu import PRECISIONS, RAYSGD_USE_FP16
 
 # Every ok run holds these (wall_s and peak_mem_mib come from the parent).
@@ -42,9 +42,4 @@ RATIOS = tuple(
 
 def select(names: List[str] = None) -> List[Variant]:
     """The variants called ``names`` (all when empty), in catalogue order."""
-    if not names:
-        return list(VARIANTS)
-    unknown = sorted(set(names) - set(BY_NAME))
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(BY_NAME)}")
-    return [variant for variant in VARIANTS if variant.name in names]
+    return pick(VARIANTS, names)

@@ -18,7 +18,7 @@ from bench.gpu import NEEDS_CUDA, RAYSGD_USE_FP16
 from bench.gpu.catalog import BY_NAME, FIGURES, HEADERS, OPTIONAL_FIGURES, RATIOS, select
 from bench.gpu.workload import GpuWorkload, get_workload
 from bench.launch import REPO_ROOT, run_once, schedule
-from bench.report import cell, compute_ratios, metadata_block, summarize, write_json
+from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "gpu.json")
 COLUMNS = ("images_per_s", "gpu_mem_mib", "loss_scale", "wall_s", "peak_mem_mib")
@@ -62,14 +62,7 @@ def check(run: Dict[str, Any]) -> Dict[str, Any]:
     missing = [figure for figure in FIGURES if run.get(figure) is None]
     if missing:
         problems.append(f"missing figures {missing}")
-    tail = run.pop("error", "")
-    if tail.startswith("timed out"):
-        problems.insert(0, tail.split(";", 1)[0])
-    run["ok"] = not problems
-    if problems:
-        detail = tail.split("\n", 1)[1] if "\n" in tail else ""
-        run["error"] = "; ".join(problems) + ("; output tail:\n" + detail if detail else "")
-    return run
+    return settle(run, problems)
 
 
 def describe(run: Dict[str, Any]) -> str:
@@ -156,9 +149,4 @@ def main(argv=None) -> int:
     variants_doc = {v.name: {"label": v.label, "command": v.command(workload.name, mode),
                              "summary": summaries[v.name], "runs": runs[v.name]}
                     for v in variants}
-    write_json(args.out, {"meta": meta, "variants": variants_doc, "ratios": ratios})
-    print(f"written to {args.out}")
-    failed = [name for name, variant_runs in runs.items() if not all(r["ok"] for r in variant_runs)]
-    if failed:
-        print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
-    return 1 if failed else 0
+    return save(args.out, meta, variants_doc, ratios, runs)

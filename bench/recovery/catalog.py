@@ -6,7 +6,7 @@ from typing import List, Tuple
 
 from raysgd.config import DEFAULT_COMMIT_EVERY
 
-from bench.catalog import Variant
+from bench.catalog import Variant, pick
 
 DENSE_COMMIT_EVERY = 10
 
@@ -83,9 +83,4 @@ RATIOS = (
 
 def select(names: List[str] = None) -> List[Entry]:
     """The entries called ``names`` (all when empty), in catalogue order."""
-    if not names:
-        return list(ENTRIES)
-    unknown = sorted(set(names) - set(BY_NAME))
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(BY_NAME)}")
-    return [entry for entry in ENTRIES if entry.name in names]
+    return pick(ENTRIES, names)

@@ -14,7 +14,7 @@ from tabulate import tabulate
 from bench.launch import REPO_ROOT, run_once, schedule
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
 from bench.recovery.catalog import BY_NAME, HEADERS, RATIOS, Entry, select
-from bench.report import cell, compute_ratios, metadata_block, summarize, write_json
+from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
 from bench.workloads import NAMES, get_workload
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "recovery.json")
@@ -52,14 +52,7 @@ def check(run: Dict[str, Any], entry: Entry) -> Dict[str, Any]:
     if "expected_final_step" in run and run.get("final_step") != run["expected_final_step"]:
         problems.append(f"ended at step {run.get('final_step')}, "
                         f"expected {run['expected_final_step']}")
-    tail = run.pop("error", "")
-    if tail.startswith("timed out"):
-        problems.insert(0, tail.split(";", 1)[0])
-    run["ok"] = not problems
-    if problems:
-        detail = tail.split("\n", 1)[1] if "\n" in tail else ""
-        run["error"] = "; ".join(problems) + ("; output tail:\n" + detail if detail else "")
-    return run
+    return settle(run, problems)
 
 
 def _cell(stats) -> str:
@@ -152,9 +145,4 @@ def main(argv=None) -> int:
                              "figures": list(e.figures), "summary": summaries[e.name],
                              "runs": runs[e.name]}
                     for e in entries}
-    write_json(args.out, {"meta": meta, "variants": variants_doc, "ratios": ratios})
-    print(f"written to {args.out}")
-    failed = [name for name, entry_runs in runs.items() if not all(r["ok"] for r in entry_runs)]
-    if failed:
-        print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
-    return 1 if failed else 0
+    return save(args.out, meta, variants_doc, ratios, runs)
