@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Dict
 
 import ray
@@ -48,6 +49,19 @@ def check_can_ever_place(bundle: Dict[str, float], count: int) -> None:
         raise ResourcesUnavailableError(
             f"No node can hold one worker of {bundle}; the largest nodes have "
             f"{[_shown(n) for n in nodes]}. Lower num_cpus_per_worker.")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Bundles reserved by someone else for our workers, e.g. a Ray Tune trial's group.
+
+    Workers go into bundles ``first_bundle .. first_bundle + size - 1``; the
+    group outlives the workers and is never removed by raysgd.
+    """
+
+    group: PlacementGroup
+    first_bundle: int
+    size: int
 
 
 def reserve(bundle: Dict[str, float], count: int, timeout_s: float) -> PlacementGroup:

@@ -85,7 +85,7 @@ class TorchTrainer:
                  placement_timeout_s: float = 60.0,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
-                 _worker_group_cls: type = WorkerGroup):
+                 _worker_group_cls: type = WorkerGroup, _reservation=None):
         creators = dict(model_creator=model_creator, data_creator=data_creator,
                         optimizer_creator=optimizer_creator, loss_creator=loss_creator,
                         scheduler_creator=scheduler_creator)
@@ -98,6 +98,7 @@ class TorchTrainer:
         self.config = dict(config or {})
         self.use_local = bool(use_local)
         self._group_cls = _worker_group_cls
+        self._reservation = _reservation  # bundles reserved by a Tune trial (raysgd.tune)
         check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu)
@@ -156,7 +157,7 @@ class TorchTrainer:
         timeout = min(self._placement_timeout_s, 5.0) if recovering else self._placement_timeout_s
         return self._group_cls(self.operator_cls, lambda rank: dict(config), self.settings, count,
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
-                               placement_timeout_s=timeout)
+                               placement_timeout_s=timeout, reservation=self._reservation)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,

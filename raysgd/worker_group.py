@@ -19,9 +19,10 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysgd import placement
+from raysgd.actor import COMMIT_WAIT_S, RemoteWorker
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.distributed import local_ranks
-from raysgd.errors import RankFailure
+from raysgd.errors import RankFailure, ResourcesUnavailableError
 from raysgd.failures import primary_failure
 from raysgd.health import Commit, HealthMonitor
 from raysgd.runner import WorkerRunner
@@ -34,61 +35,7 @@ logger = logging.getLogger("raysgd")
 FAILURE_GRACE_S = 1.0
 
 
-class _WorkerActor:
-    """Thin actor around a :class:`WorkerRunner`; tags errors with the rank."""
-
-    def __init__(self):
-        self.runner: Optional[WorkerRunner] = None
-        self.rank = -1
-
-    def node_info(self) -> Dict[str, Any]:
-        return {"node_id": ray.get_runtime_context().get_node_id(),
-                "host": ray.util.get_node_ip_address(), "pid": os.getpid()}
-
-    def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
-        self.rank = runner_kwargs["rank"].world_rank
-        if init_hook is not None:
-            self.execute_fn(init_hook)
-        self.runner = WorkerRunner(**runner_kwargs)
-
-    def execute(self, method: str, *args, **kwargs) -> Any:
-        return self.execute_fn(getattr(self.runner, method), *args, **kwargs)
-
-    def execute_fn(self, fn: Callable, *args, **kwargs) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as exc:
-            exc.add_note(f"[raysgd] raised on rank {self.rank} (pid {os.getpid()})")
-            raise
-
-    # Two results: a small header the driver reads and a snapshot it only
-    # holds a reference to (the snapshot stays in the object store).
-    @ray.method(num_returns=2)
-    def execute_pair(self, method: str, *args):
-        return self.execute(method, *args)
-
-    # Control methods run in their own thread, beside a running train_epoch.
-    @ray.method(concurrency_group="control")
-    def progress(self) -> Dict[str, Any]:
-        return self.runner.progress() if self.runner else {"steps": 0, "idle_s": 0.0}
-
-    # The driver's standing request for the next in-epoch commit: answered
-    # the moment the training thread offers one (or None after ``wait_s``).
-    @ray.method(concurrency_group="commits", num_returns=2)
-    def next_commit(self, after: int, wait_s: float, ticket: int):
-        snap = self.runner.next_commit(after, wait_s, ticket) if self.runner else None
-        header = {"step": snap["step"], "call_done": snap["call_done"]} if snap else None
-        return header, snap
-
-
-# Two commit threads: a request from a new call can enter while one left over
-# from the previous call still waits, and releases it (see CommitHandoff.take).
-_RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2})(_WorkerActor)
-
 POLL_S = 0.1  # how often a monitored call checks health
-# How long a remote rank waits at a commit for the driver to take it before
-# training on regardless (it only waits that long if the driver stopped asking).
-COMMIT_WAIT_S = 10.0
 
 
 class WorkerGroup:
@@ -97,7 +44,8 @@ class WorkerGroup:
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],
                  settings: WorkerSettings, num_workers: int, use_local: bool = False,
                  initialization_hook: Optional[Callable] = None,
-                 placement_timeout_s: float = 60.0):
+                 placement_timeout_s: float = 60.0,
+                 reservation: Optional[placement.Reservation] = None):
         self.operator_cls = operator_cls
         self.config_for_rank = config_for_rank
         self.settings = settings
@@ -107,7 +55,9 @@ class WorkerGroup:
         self.placement_timeout_s = placement_timeout_s
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
+        self.reservation = reservation
         self._pg = None
+        self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         self._threads: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
@@ -157,13 +107,22 @@ class WorkerGroup:
 
     def _reserve(self) -> None:
         placement.ensure_ray()
+        if self.reservation is not None:
+            if self.num_remote > self.reservation.size:
+                raise ResourcesUnavailableError(
+                    f"{self.num_remote} worker(s) do not fit the {self.reservation.size} bundle(s) "
+                    "reserved for them.")
+            self._first_bundle = self.reservation.first_bundle
+            return
         placement.check_can_ever_place(self._bundle(), self.num_remote)
         self._pg = placement.reserve(self._bundle(), self.num_remote, self.placement_timeout_s)
 
     def _new_actor(self, index: int):
         bundle = self._bundle()
-        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=index)
-        return _RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
+        group = self.reservation.group if self.reservation is not None else self._pg
+        strategy = PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=self._first_bundle + index)
+        return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
                                      scheduling_strategy=strategy).remote()
 
     def _start_runners(self, infos: List[Dict[str, Any]]) -> None:
@@ -259,6 +218,8 @@ class WorkerGroup:
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
         if not ray.is_initialized():
             return 0
+        if self.reservation is not None:
+            return self.reservation.size  # ours alone; a dead worker's bundle comes back
         return placement.placeable_workers(self._bundle(), want=want)
 
     @staticmethod

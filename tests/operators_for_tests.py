@@ -317,3 +317,19 @@ class SyncCountingOperator(LinearOperator):
         before = self.allreduces
         metrics = super().train_batch(batch, batch_info)
         return {**metrics, "allreduces": self.allreduces - before}
+
+
+class OriginOperator(LinearOperator):
+    """Carries a random ``origin`` through checkpoints, to see whose state a trial holds."""
+
+    def setup(self, config):
+        super().setup(config)
+        import uuid
+
+        self.origin = uuid.uuid4().hex[:8]
+
+    def state_dict(self):
+        return {"origin": self.origin}
+
+    def load_state_dict(self, state):
+        self.origin = state["origin"]

@@ -68,3 +68,15 @@ def test_legacy_operator_script_runs_with_swapped_imports(tmp_path):
     out = run([str(script)])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EPOCH 3 SAMPLES 1000 VAL 1000" in out.stdout
+
+
+def test_tune_example_smoke_picks_the_best_lr():
+    out = run(["examples/tune_example.py", "--smoke-test"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "best config: {'lr': 0.01}" in out.stdout
+
+
+def test_pbt_example_smoke_finishes():
+    out = run(["examples/pbt_example.py", "--smoke-test"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"best trial: lr=[\d.e+-]+, val_loss=[\d.]+", out.stdout), out.stdout[-2000:]

@@ -38,13 +38,14 @@ def test_legacy_constants_and_resnets():
     assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
-def test_base_torch_trainable_says_when_it_arrives():
+def test_base_torch_trainable_is_a_tune_trainable_from_the_legacy_path():
+    from ray import tune
+
     from raysgd.torch import BaseTorchTrainable, TorchTrainer
 
-    with pytest.raises(NotImplementedError, match="arrives with Tune support"):
-        BaseTorchTrainable()
-    with pytest.raises(NotImplementedError, match="arrives with Tune support"):
-        TorchTrainer.as_trainable()
+    assert issubclass(BaseTorchTrainable, tune.Trainable)
+    trainable = TorchTrainer.as_trainable(training_operator_cls=object, num_workers=3)
+    assert issubclass(trainable, BaseTorchTrainable)
 
 
 def test_override_decorator():
@@ -75,7 +76,7 @@ def _modules():
     return {str(p.relative_to(PACKAGE.parent)): p for p in PACKAGE.rglob("*.py")}
 
 
-RAY_BOUNDARY = ("worker_group.py", "placement.py", "watch.py", "tune.py")
+RAY_BOUNDARY = ("worker_group.py", "actor.py", "placement.py", "watch.py", "tune.py")
 
 
 def test_only_the_worker_group_imports_ray():

@@ -19,7 +19,7 @@ class FakeWorkerGroup:
     placeable_script = []
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
-                 initialization_hook=None, placement_timeout_s=60.0):
+                 initialization_hook=None, placement_timeout_s=60.0, reservation=None):
         self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None

@@ -1,0 +1,65 @@
+"""The Ray actor around one :class:`WorkerRunner`: set-up, calls and control threads."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Optional
+
+import ray
+
+from raysgd.runner import WorkerRunner
+
+# How long a remote rank waits at a commit for the driver to take it before
+# training on regardless (it only waits that long if the driver stopped asking).
+COMMIT_WAIT_S = 10.0
+
+
+class _WorkerActor:
+    """Thin actor around a :class:`WorkerRunner`; tags errors with the rank."""
+
+    def __init__(self):
+        self.runner: Optional[WorkerRunner] = None
+        self.rank = -1
+
+    def node_info(self) -> Dict[str, Any]:
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "host": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
+        self.rank = runner_kwargs["rank"].world_rank
+        if init_hook is not None:
+            self.execute_fn(init_hook)
+        self.runner = WorkerRunner(**runner_kwargs)
+
+    def execute(self, method: str, *args, **kwargs) -> Any:
+        return self.execute_fn(getattr(self.runner, method), *args, **kwargs)
+
+    def execute_fn(self, fn: Callable, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            exc.add_note(f"[raysgd] raised on rank {self.rank} (pid {os.getpid()})")
+            raise
+
+    # Two results: a small header the driver reads and a snapshot it only
+    # holds a reference to (the snapshot stays in the object store).
+    @ray.method(num_returns=2)
+    def execute_pair(self, method: str, *args):
+        return self.execute(method, *args)
+
+    # Control methods run in their own thread, beside a running train_epoch.
+    @ray.method(concurrency_group="control")
+    def progress(self) -> Dict[str, Any]:
+        return self.runner.progress() if self.runner else {"steps": 0, "idle_s": 0.0}
+
+    # The driver's standing request for the next in-epoch commit: answered
+    # the moment the training thread offers one (or None after ``wait_s``).
+    @ray.method(concurrency_group="commits", num_returns=2)
+    def next_commit(self, after: int, wait_s: float, ticket: int):
+        snap = self.runner.next_commit(after, wait_s, ticket) if self.runner else None
+        header = {"step": snap["step"], "call_done": snap["call_done"]} if snap else None
+        return header, snap
+
+
+# Two commit threads: a request from a new call can enter while one left over
+# from the previous call still waits, and releases it (see CommitHandoff.take).
+RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2})(_WorkerActor)
