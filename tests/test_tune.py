@@ -72,7 +72,8 @@ def test_pbt_exploit_copies_the_donors_state_and_keeps_the_new_hyperparameters(r
                                           override_tune_step=report_origin)
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
                                   hyperparam_mutations={"lr": [3e-3, 5e-3, 2e-2]},
-                                  quantile_fraction=0.5, resample_probability=1.0)
+                                  quantile_fraction=0.5, resample_probability=1.0,
+                                  synch=True)  # exploit once both trials reached the interval
     tuner = tune.Tuner(
         trainable, param_space={"lr": tune.grid_search([1e-2, 1e-9])},
         tune_config=tune.TuneConfig(metric="train_loss", mode="min", scheduler=pbt),
