@@ -1,4 +1,5 @@
 """Legacy ``ray.util.sgd.utils`` names."""
+from raysgd.batches import move_to_device
 from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
 
 BATCH_SIZE = "*batch_size"
@@ -17,4 +18,4 @@ def override(interface_class):
 
 
 __all__ = ["BATCH_SIZE", "NUM_SAMPLES", "BATCH_COUNT", "AverageMeter",
-           "AverageMeterCollection", "override"]
+           "AverageMeterCollection", "override", "move_to_device"]
