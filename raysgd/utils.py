@@ -1,6 +1,7 @@
 """Legacy ``ray.util.sgd.utils`` names."""
 from raysgd.batches import move_to_device
 from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
+from raysgd.report import pretty_print
 
 BATCH_SIZE = "*batch_size"
 
@@ -18,4 +19,5 @@ def override(interface_class):
 
 
 __all__ = ["BATCH_SIZE", "NUM_SAMPLES", "BATCH_COUNT", "AverageMeter",
-           "AverageMeterCollection", "override", "move_to_device"]
+           "AverageMeterCollection", "override", "move_to_device",
+           "pretty_print"]

@@ -68,3 +68,15 @@ def test_keys_missing_on_rank_0_still_reduce():
     out = reduce_worker_results([{"epoch": 1, "batch_count": 0, "num_samples": 0},
                                  {"epoch": 1, "batch_count": 2, "num_samples": 10, "train_loss": 1.0}])
     assert out["train_loss"] == 1.0 and out["num_samples"] == 10
+
+
+def test_pretty_print_flattens_profile_and_formats_numbers():
+    from raysgd.utils import pretty_print
+
+    text = pretty_print({"epoch": 3, "train_loss": 0.123456789, "tag": "a",
+                         "profile": {"mean_fwd_s": 0.00123, "train_epoch_s": 2.5}})
+    lines = text.splitlines()
+    assert lines[0].split() == ["metric", "value"]
+    rows = {line.split()[0]: line.split()[1] for line in lines[2:]}
+    assert rows == {"epoch": "3", "train_loss": "0.123457", "tag": "a",
+                    "profile.mean_fwd_s": "0.00123", "profile.train_epoch_s": "2.5"}
