@@ -11,7 +11,7 @@ import os
 import sys
 
 from bench import catalog
-from bench.launch import REPO_ROOT, run_all
+from bench.launch import REPO_ROOT, common_parser, run_all
 from bench.report import compute_ratios, metadata_block, save, summarize, tables
 from bench.workloads import NAMES
 
@@ -19,17 +19,8 @@ DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "latest.json")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes and 1 repetition (CI smoke: checks it runs)")
+    parser = common_parser("python -m bench", __doc__, DEFAULT_OUT, catalog.BY_NAME)
     parser.add_argument("--workload", choices=NAMES, default="mlp")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions per variant (default: 1 quick, 3 full)")
-    parser.add_argument("--variants", nargs="+", choices=sorted(catalog.BY_NAME),
-                        help="run only these (default: all)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds before one run is killed (default: %(default)s)")
     parser.add_argument("--recovery", action="store_true",
                         help="run the recovery benchmark instead (python -m bench.recovery)")
     parser.add_argument("--gpu", action="store_true",

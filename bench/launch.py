@@ -1,6 +1,8 @@
 """Runs variants as subprocesses in rotating order and collects their figures."""
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 import subprocess
@@ -109,3 +111,19 @@ def run_all(variants: List[Variant], workload: str, mode: str, repeats: int,
         print(f"[{index}/{len(plan)}] {variant.name}: {describe(run)}", file=sys.stderr,
               flush=True)
     return runs
+
+
+def common_parser(prog: str, description: str, default_out: str, names) -> argparse.ArgumentParser:
+    """The options every benchmark mode takes: --quick, --out, --repeats, --variants, --timeout."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and 1 repetition (CI smoke: checks it runs)")
+    parser.add_argument("--out", default=default_out, help="JSON file (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repetitions per variant (default: 1 quick, 3 full)")
+    parser.add_argument("--variants", nargs="+", choices=sorted(names),
+                        help="run only these (default: all)")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds before one run is killed (default: %(default)s)")
+    return parser
+

@@ -32,3 +32,16 @@ RECOVERY_EPOCHS = 2
 # default), so the kill must come seconds after the epoch-1 checkpoint, and the
 # quick workload's epochs last a fraction of a second.
 RECOVERY_MODE = "full"
+
+
+def start_kill_run(description: str, extra):
+    """The common start of a kill variant: ``(args, t0, workload, steps_per_epoch, kill step)``."""
+    from bench.child import launch_time, parse_args, set_threads
+    from bench.workloads import get_workload
+
+    args = parse_args(description, extra)
+    set_threads(args.threads)
+    t0 = launch_time()
+    workload = get_workload(args.workload, RECOVERY_MODE)  # whatever --mode says
+    steps_per_epoch = workload.num_samples // workload.batch_size
+    return args, t0, workload, steps_per_epoch, kill_step(steps_per_epoch)

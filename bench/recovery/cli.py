@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 from tabulate import tabulate
 
-from bench.launch import REPO_ROOT, run_once, schedule
+from bench.launch import REPO_ROOT, common_parser, run_once, schedule
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
 from bench.recovery.catalog import BY_NAME, HEADERS, RATIOS, Entry, select
 from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
@@ -25,17 +25,8 @@ THROUGHPUT_COLUMNS = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_me
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes and 1 repetition (CI smoke: checks it runs)")
+    parser = common_parser("python -m bench.recovery", __doc__, DEFAULT_OUT, BY_NAME)
     parser.add_argument("--workload", choices=NAMES, default="mlp")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions per variant (default: 1 quick, 3 full)")
-    parser.add_argument("--variants", nargs="+", choices=sorted(BY_NAME),
-                        help="run only these (default: all)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds before one run is killed (default: %(default)s)")
     return parser.parse_args(argv)
 
 

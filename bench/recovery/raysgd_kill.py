@@ -14,11 +14,10 @@ from raysgd import TorchTrainer
 from raysgd.config import DEFAULT_COMMIT_EVERY
 from raysgd.utils import BATCH_SIZE
 
-from bench.child import emit, launch_time, parse_args, set_threads
-from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
+from bench.child import emit
+from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, start_kill_run
 from bench.recovery.step_operator import StepLogOperator
 from bench.recovery.steplog import Killer, analyse, read_log
-from bench.workloads import get_workload
 
 
 def _extra(parser) -> None:
@@ -29,12 +28,7 @@ def _extra(parser) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, _extra)
-    set_threads(args.threads)
-    t0 = launch_time()
-    workload = get_workload(args.workload, RECOVERY_MODE)  # whatever --mode says
-    steps_per_epoch = workload.num_samples // workload.batch_size
-    target = kill_step(steps_per_epoch)
+    args, t0, workload, steps_per_epoch, target = start_kill_run(__doc__, _extra)
     step_dir = tempfile.mkdtemp(prefix="bench-recovery-raysgd-")
     ray.init(num_cpus=4, include_dashboard=False)
     try:

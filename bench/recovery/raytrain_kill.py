@@ -20,9 +20,9 @@ import torch
 from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 
-from bench.child import emit, launch_time, parse_args, set_threads
+from bench.child import emit, set_threads
 from bench.loop import train_epoch
-from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
+from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, start_kill_run
 from bench.recovery.steplog import Killer, StepLog, analyse, read_log, read_pid
 from bench.workloads import get_workload
 
@@ -81,12 +81,7 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, _extra)
-    set_threads(args.threads)
-    t0 = launch_time()
-    workload = get_workload(args.workload, RECOVERY_MODE)  # whatever --mode says
-    steps_per_epoch = workload.num_samples // workload.batch_size
-    target = kill_step(steps_per_epoch)
+    args, t0, workload, steps_per_epoch, target = start_kill_run(__doc__, _extra)
     storage = tempfile.mkdtemp(prefix="bench-recovery-raytrain-")
     step_dir = os.path.join(storage, "steps")
     os.makedirs(step_dir)
