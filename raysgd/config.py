@@ -63,7 +63,7 @@ class WorkerSettings:
     use_fp16: Union[bool, str] = False
     apex_args: Optional[Mapping[str, Any]] = None
     scheduler_step_freq: Optional[str] = None
-    use_tqdm: bool = False
+    use_tqdm: Union[bool, str] = False  # drawn on the driver (raysgd.progress)
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
     commit_every: Optional[int] = DEFAULT_COMMIT_EVERY

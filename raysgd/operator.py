@@ -11,17 +11,19 @@ from raysgd import distributed
 from raysgd.batches import move_to_device, split_batch
 from raysgd.errors import ConfigError
 from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection
+from raysgd.progress import BatchEvents
 from raysgd.timers import NULL_TIMERS
 
 
 class OperatorContext:
     """What the runner tells an operator about its process; built once per worker."""
 
-    def __init__(self, rank, device, settings, precision):
+    def __init__(self, rank, device, settings, precision, events=None):
         self.rank = rank
         self.device = device
         self.settings = settings
         self.precision = precision
+        self.events = events if events is not None else BatchEvents()  # read by the progress bar
 
 
 def _as_list(value: Any) -> list:
@@ -101,11 +103,16 @@ class TrainingOperator:
             batch_info.update(info or {})
             metrics = dict(self.train_batch(batch, batch_info) or {})
             self.global_step += 1
-            meters.update(metrics, n=metrics.pop(NUM_SAMPLES, 1))
+            self._count(meters, metrics)
         if self.scheduler_step_freq == "epoch":
             for scheduler in self._schedulers:
                 scheduler.step()
         return meters.summary()
+
+    def _count(self, meters: AverageMeterCollection, metrics: dict) -> None:
+        num_samples = metrics.pop(NUM_SAMPLES, 1)
+        meters.update(metrics, n=num_samples)
+        self._context.events.finished_batch(metrics, num_samples)
 
     def train_batch(self, batch: Any, batch_info: dict) -> dict:
         """One optimisation step on ``batch`` (``*features, target = batch``).
@@ -144,7 +151,7 @@ class TrainingOperator:
             for batch_idx, batch in enumerate(val_iterator):
                 batch_info = {"batch_idx": batch_idx, **(info or {})}
                 metrics = dict(self.validate_batch(batch, batch_info) or {})
-                meters.update(metrics, n=metrics.pop(NUM_SAMPLES, 1))
+                self._count(meters, metrics)
         return meters.summary()
 
     def validate_batch(self, batch: Any, batch_info: dict) -> dict:

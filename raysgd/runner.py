@@ -23,6 +23,7 @@ from raysgd.handoff import CommitHandoff
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.packing import pack_tensors, unpack_tensors
 from raysgd.passes import Passes
+from raysgd.progress import BatchEvents
 from raysgd.precision import create_precision
 from raysgd.timers import NULL_TIMERS, TimerCollection
 
@@ -46,6 +47,14 @@ def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
     return state
 
 
+def _length(iterable: Any, before: int = 0) -> Optional[int]:
+    """Batches in a call (``before`` of them done earlier), or None when unknown."""
+    try:
+        return before + len(iterable)
+    except TypeError:
+        return None
+
+
 class WorkerRunner:
     """Builds one operator and runs its train/validate hooks on request."""
 
@@ -67,6 +76,7 @@ class WorkerRunner:
         self._handoff = CommitHandoff(commit_wait_s)
         self._call_done_base = 0
         self._last_progress = time.monotonic()
+        self.events = BatchEvents()  # the running call's counters, for the driver's progress bar
         self._thread: Optional[int] = None
         self.first_step_wall: Optional[float] = None  # wall time of the first step after a restore
 
@@ -85,7 +95,7 @@ class WorkerRunner:
     def setup_operator(self) -> Dict[str, Any]:
         """Construct the operator (runs its ``setup``) and report what it registered."""
         precision = create_precision(self.settings.use_fp16, self.device, self.settings.apex_args)
-        context = OperatorContext(self.rank, self.device, self.settings, precision)
+        context = OperatorContext(self.rank, self.device, self.settings, precision, self.events)
         self.operator = self.operator_cls(self.config, context)
         if not self.operator._registered:
             raise ConfigError(
@@ -110,6 +120,7 @@ class WorkerRunner:
         if not resume:
             self._call_done_base, operator._resume_meters = 0, None
         iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
+        self.events.begin("train", _length(iterator, self._call_done_base), self._call_done_base)
         metrics = operator.train_epoch(iterator, info or {})
         self._note_first_step(iterator.done)
         result = {"epoch": self._passes.epoch, **(metrics or {})}
@@ -128,6 +139,9 @@ class WorkerRunner:
         operator.timers = TimerCollection() if profile else NULL_TIMERS
         self._begin_call()
         start = time.perf_counter()
+        total = _length(operator.validation_loader)
+        self.events.begin("validate", total if num_steps is None or total is None
+                          else min(total, num_steps))
         iterator = self._ticking(operator.validation_loader)
         if num_steps is not None:
             iterator = itertools.islice(iterator, num_steps)
@@ -249,7 +263,8 @@ class WorkerRunner:
         """Liveness report for the driver's hang detection (control thread)."""
         return {"steps": self._passes.steps if self._passes else 0,
                 "idle_s": time.monotonic() - self._last_progress,
-                "first_step_wall": self.first_step_wall, "where": self._where()}
+                "first_step_wall": self.first_step_wall, "where": self._where(),
+                "call": self.events.report()}
 
     def _begin_call(self) -> None:
         self._thread = threading.get_ident()
@@ -257,6 +272,7 @@ class WorkerRunner:
 
     def _before_batch(self, done: int) -> None:
         self._last_progress = time.monotonic()
+        self.events.fetched_batch()
         self._note_first_step(done)
         call_done = self._call_done_base + done
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
@@ -270,6 +286,7 @@ class WorkerRunner:
     def _ticking(self, iterable):
         for item in iterable:
             self._last_progress = time.monotonic()
+            self.events.fetched_batch()
             yield item
 
     def _where(self) -> str:

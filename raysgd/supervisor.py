@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.errors import ResourcesUnavailableError, RetriesExhaustedError, WorkerFailedError
 from raysgd.health import Commit
+from raysgd.progress import NULL_PROGRESS
 from raysgd.recovery import RecoveryPolicy
 
 logger = logging.getLogger("raysgd")
@@ -64,12 +65,13 @@ class Supervisor:
 
     # ---------------------------------------------------------------- calls
     def train(self, num_steps: Optional[int], profile: bool, info: Optional[dict],
-              max_retries: Optional[int]) -> List[dict]:
+              max_retries: Optional[int], progress: Any = NULL_PROGRESS) -> List[dict]:
         self.policy.start_call(max_retries)
         self._scale_up()
         remaining, resume = num_steps, False
         while True:
-            watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit)
+            watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit,
+                                     on_progress=progress.update)
             try:
                 headers, commit = self.group.execute_pair(
                     "train_and_commit", remaining, profile, info, resume, watch=watch)
@@ -83,12 +85,14 @@ class Supervisor:
         return [header["metrics"] for header in headers]
 
     def call(self, method: str, *args, mutates: bool = False, watched: bool = False,
-             abort_on_failure: bool = True, rank: Optional[int] = None):
+             abort_on_failure: bool = True, rank: Optional[int] = None,
+             progress: Any = NULL_PROGRESS):
         """Any other call (on ``rank`` only, if given), recovered and retried after a
         worker failure; a state-changing call is committed after it ran."""
         self.policy.start_call()
         while True:
-            watch = self.group.watch(self.timeout_s, 1 << 62) if watched else None
+            watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
+                if watched else None
             try:
                 if rank is not None:
                     return self.group.execute_single(rank, method, *args)

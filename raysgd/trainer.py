@@ -16,6 +16,7 @@ from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, che
 from raysgd.errors import ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
+from raysgd.progress import make_progress
 from raysgd.recovery import FailureConfig, RecoveryPolicy
 from raysgd.supervisor import Supervisor
 from raysgd.utils import BATCH_SIZE
@@ -76,7 +77,7 @@ class TorchTrainer:
                  config: Optional[Dict[str, Any]] = None, num_workers: int = 1,
                  num_cpus_per_worker: float = 1, use_gpu: Union[bool, str] = "auto",
                  backend: str = "auto", wrap_ddp: bool = True, timeout_s: Optional[float] = None,
-                 use_fp16: Union[bool, str] = False, use_tqdm: bool = False,
+                 use_fp16: Union[bool, str] = False, use_tqdm: Union[bool, str] = False,
                  apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
                  scheduler_step_freq: Optional[str] = None, use_local: bool = False,
                  checkpoint_every_n_steps: Optional[int] = DEFAULT_COMMIT_EVERY,
@@ -100,6 +101,7 @@ class TorchTrainer:
         self._group_cls = _worker_group_cls
         self._reservation = _reservation  # bundles reserved by a Tune trial (raysgd.tune)
         check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs
+        self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu)
         self.settings = WorkerSettings(
@@ -170,9 +172,9 @@ class TorchTrainer:
         """
         self._require("has_train_loader", "train()", "train_loader")
         check_num_steps(num_steps)
-        results = self._guard("train_epoch", lambda: self._supervisor.train(
-            num_steps, profile, info, max_retries))
-        return reduce_worker_results(results) if reduce_results else results
+        return self._run_shown("train", reduce_results, lambda bar: self._guard(
+            "train_epoch", lambda: self._supervisor.train(num_steps, profile, info, max_retries,
+                                                          progress=bar)))
 
     def validate(self, num_steps: Optional[int] = None, profile: bool = False,
                  reduce_results: bool = True,
@@ -180,8 +182,8 @@ class TorchTrainer:
         """Evaluate on the validation loader of every worker."""
         self._require("has_validation_loader", "validate()", "validation_loader")
         check_num_steps(num_steps)
-        results = self._call("validate", num_steps, profile, info, watched=True)
-        return reduce_worker_results(results) if reduce_results else results
+        return self._run_shown("validate", reduce_results, lambda bar: self._call(
+            "validate", num_steps, profile, info, watched=True, progress=bar))
 
     def update_scheduler(self, metric: Any) -> None:
         """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""
@@ -228,12 +230,16 @@ class TorchTrainer:
 
     def save(self, checkpoint_path: str) -> str:
         """Write the state to ``checkpoint_path`` atomically; returns the path."""
-        return checkpoint.save(checkpoint_path, self.state_dict())
+        path = checkpoint.save(checkpoint_path, self.state_dict())
+        logger.info("raysgd: checkpoint written to %s", path)
+        return path
 
     def load(self, checkpoint_path: str) -> None:
         """Load a file written by :meth:`save` (tensors and plain containers only)."""
         self._group()
         self.load_state_dict(checkpoint.load(checkpoint_path))
+        logger.info("raysgd: checkpoint %s loaded into %d worker(s)", checkpoint_path,
+                    self._supervisor.group.num_workers)
 
     def shutdown(self, force: bool = False) -> None:
         """Stop the workers; every later call raises :class:`TrainerShutdownError`."""
@@ -246,6 +252,10 @@ class TorchTrainer:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+    def has_validation_loader(self) -> bool:
+        """Whether every worker registered a validation loader (so ``validate()`` can run)."""
+        return all(caps["has_validation_loader"] for caps in self._supervisor.capabilities)
 
     @classmethod
     def as_trainable(cls, *args, **kwargs):
@@ -270,6 +280,22 @@ class TorchTrainer:
             raise ConfigError(f"{call} needs a {loader}, but {self.operator_cls.__name__}.setup() "
                               f"registered none on rank(s) {missing}; call "
                               f"self.register_data({loader}=...) in setup().")
+
+    def _run_shown(self, desc: str, reduce_results: bool, run: Callable[[Any], List[dict]]):
+        """Run a train/validate call under its progress bar (a no-op when progress is off)."""
+        bar = self._progress(desc)
+        try:
+            results = run(bar)
+        except BaseException:
+            bar.close()
+            raise
+        done = results[0].get("batch_count") if results else None
+        if not reduce_results:  # metrics the caller reduces itself: the bar shows rank 0's
+            bar.close(results[0] if results else None, done)
+            return results
+        reduced = reduce_worker_results(results)
+        bar.close(reduced, done)
+        return reduced
 
     def _call(self, method: str, *args, abort_on_failure: bool = True, **options):
         self._group()

@@ -105,7 +105,7 @@ class BaseTorchTrainable(tune.Trainable):
         if self._override is not None:
             return self._override(self.trainer, {"iteration": self.iteration})
         train = self.trainer.train()
-        if all(caps["has_validation_loader"] for caps in self.trainer._supervisor.capabilities):
+        if self.trainer.has_validation_loader():
             return _merge_results(train, self.trainer.validate())
         return train
 

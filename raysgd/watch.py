@@ -5,7 +5,8 @@ answers to the previous health checks and asks again, and raises
 :class:`WorkerHangError` when a rank stalls. With commits on, it keeps one
 standing ``next_commit`` request per remote rank (see :mod:`raysgd.handoff`);
 the driver wakes as soon as one is answered, and a commit moves forward once
-every rank handed over the same step.
+every rank handed over the same step. The same progress reports feed the
+driver's progress bar (see :mod:`raysgd.progress`).
 """
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ COMMIT_POLL_S = 2.0
 
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
-                 on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0):
+                 on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0,
+                 on_progress: Optional[Callable[[Dict[int, Any]], None]] = None):
         self.group = group
         self.monitor = monitor
         self.committed_step = committed_step
         self.on_commit = on_commit
         self.ticket = ticket
+        self.on_progress = on_progress
         self._asked: Dict[Any, int] = {}  # progress ref -> rank
         self.assembler = CommitAssembler(monitor.world_size, committed_step)
         self._polls: Dict[Any, Tuple[int, Any]] = {}  # commit header ref -> (rank, snapshot ref)
@@ -43,6 +46,8 @@ class CallWatch:
     def tick(self) -> None:
         self._collect_progress()
         self._ask_progress()
+        if self.on_progress is not None:
+            self.on_progress(self.monitor.reports)
         if self.on_commit is not None:
             self._advance_commit()
         error = self.monitor.hang_error()

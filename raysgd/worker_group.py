@@ -209,10 +209,11 @@ class WorkerGroup:
         logger.info("raysgd: restored the commit of step %d on %d worker(s)", commit.step,
                     self.num_workers)
 
-    def watch(self, timeout_s: float, committed_step: int, on_commit=None) -> CallWatch:
+    def watch(self, timeout_s: float, committed_step: int, on_commit=None,
+              on_progress=None) -> CallWatch:
         self._watches += 1
         return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step,
-                         on_commit, ticket=self._watches)
+                         on_commit, ticket=self._watches, on_progress=on_progress)
 
     def placeable_workers(self, want: int = 0) -> int:
         """Workers of this group's shape that fit in the cluster now (remote ones)."""

@@ -109,6 +109,14 @@ def test_only_precision_touches_autocast_and_grad_scaler():
     assert _dotted_names(PACKAGE / "precision.py") & amp  # the check can see them
 
 
+def test_the_library_never_prints():
+    """Lifecycle news goes to the "raysgd" logger; only the example scripts print."""
+    offenders = [name for name, path in _modules().items() if "/examples/" not in name
+                 and any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print"
+                         for n in ast.walk(ast.parse(path.read_text())))]
+    assert offenders == []
+
+
 def test_modules_stay_small():
     big = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
     assert {n: c for n, c in big.items() if c > 400} == {}

@@ -91,7 +91,8 @@ def test_num_steps_continue_across_calls(trainer_factory):
     assert trainer.validate(num_steps=1)["batch_count"] == 1
 
 
-def test_save_load_across_trainers_and_worker_counts(trainer_factory, tmp_path):
+def test_save_load_across_trainers_and_worker_counts(trainer_factory, tmp_path, caplog):
+    caplog.set_level("INFO", logger="raysgd")
     trainer = trainer_factory(config={BATCH_SIZE: 64, "note": "from-two"})
     for _ in range(3):
         trainer.train()
@@ -105,6 +106,10 @@ def test_save_load_across_trainers_and_worker_counts(trainer_factory, tmp_path):
     single.load(path)
     assert single.validate()["val_loss"] == pytest.approx(val["val_loss"], rel=1e-5)
     assert single.apply_all_operators(lambda op: op.loaded_note) == ["from-two"]
+    lifecycle = [r.getMessage() for r in caplog.records if r.name == "raysgd"]
+    assert any("2 worker(s) ready" in m for m in lifecycle), lifecycle
+    assert any(f"checkpoint written to {path}" in m for m in lifecycle), lifecycle
+    assert any("loaded into 1 worker(s)" in m for m in lifecycle), lifecycle
     assert single.train()["epoch"] == 4
     restored = single.get_model()
     assert not torch.equal(restored.weight, model.weight)  # it kept training

@@ -64,7 +64,7 @@ class FakeWorkerGroup:
     def restore(self, commit):
         self.calls.append(("restore", (commit,)))
 
-    def watch(self, timeout_s, committed_step, on_commit=None):
+    def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None):
         from types import SimpleNamespace
 
         return SimpleNamespace(monitor=SimpleNamespace(reports={}))
