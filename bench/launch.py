@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-
 import json
 import os
 import subprocess
@@ -113,13 +112,22 @@ def run_all(variants: List[Variant], workload: str, mode: str, repeats: int,
     return runs
 
 
-def common_parser(prog: str, description: str, default_out: str, names) -> argparse.ArgumentParser:
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def common_parser(prog: str, description: str, default_out: str, names,
+                  quick_help: str = "tiny sizes and 1 repetition (CI smoke: checks it runs)"
+                  ) -> argparse.ArgumentParser:
     """The options every benchmark mode takes: --quick, --out, --repeats, --variants, --timeout."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes and 1 repetition (CI smoke: checks it runs)")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--out", default=default_out, help="JSON file (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--repeats", type=positive, default=None,
                         help="repetitions per variant (default: 1 quick, 3 full)")
     parser.add_argument("--variants", nargs="+", choices=sorted(names),
                         help="run only these (default: all)")

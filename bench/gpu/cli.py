@@ -17,35 +17,21 @@ from bench.catalog import Variant
 from bench.gpu import NEEDS_CUDA, RAYSGD_USE_FP16
 from bench.gpu.catalog import BY_NAME, FIGURES, HEADERS, OPTIONAL_FIGURES, RATIOS, select
 from bench.gpu.workload import GpuWorkload, get_workload
-from bench.launch import REPO_ROOT, run_once, schedule
+from bench.launch import REPO_ROOT, common_parser, positive, run_once, schedule
 from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "gpu.json")
 COLUMNS = ("images_per_s", "gpu_mem_mib", "loss_scale", "wall_s", "peak_mem_mib")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny model, CPU allowed, 1 repetition (CI smoke: checks it runs)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON file (default: %(default)s)")
-    parser.add_argument("--repeats", type=_positive, default=None,
-                        help="repetitions per variant (default: 1 quick, 3 full)")
-    parser.add_argument("--variants", nargs="+", choices=sorted(BY_NAME),
-                        help="run only these (default: all)")
-    parser.add_argument("--steps", type=_positive, default=None,
+    parser = common_parser("python -m bench.gpu", __doc__, DEFAULT_OUT, BY_NAME,
+                           quick_help="tiny model, CPU allowed, 1 repetition (CI smoke: checks "
+                                      "it runs)")
+    parser.add_argument("--steps", type=positive, default=None,
                         help="timed steps per run (default: 3 quick, 50 full)")
-    parser.add_argument("--warmup", type=_positive, default=None,
+    parser.add_argument("--warmup", type=positive, default=None,
                         help="warm-up steps per run (default: 2 quick, 10 full)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds before one run is killed (default: %(default)s)")
     return parser.parse_args(argv)
 
 

@@ -47,7 +47,8 @@ def data_creator(config):
     return train_loader, val_loader
 
 
-def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5):
+def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5,
+                  use_tqdm: bool = False):
     from raysgd import TorchTrainer
     from raysgd.torch import TrainingOperator
 
@@ -55,7 +56,7 @@ def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5):
         model_creator=model_creator, optimizer_creator=optimizer_creator,
         data_creator=data_creator, scheduler_creator=scheduler_creator, loss_creator=nn.MSELoss)
     trainer = TorchTrainer(training_operator_cls=operator, num_workers=num_workers,
-                           use_gpu=use_gpu, scheduler_step_freq="epoch",
+                           use_gpu=use_gpu, scheduler_step_freq="epoch", use_tqdm=use_tqdm,
                            config={"lr": 1e-2, BATCH_SIZE: 32})
     for _ in range(epochs):
         stats = trainer.train()
@@ -67,13 +68,24 @@ def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5):
     return model
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    """``python examples/train_example.py [--smoke-test] [--num-workers N] [--use-gpu]
+    [--address auto] [--epochs E] [--tqdm]``"""
+    parser = argparse.ArgumentParser(description="Fit y = 2x + 5 with a linear model.")
+    parser.add_argument("--smoke-test", action="store_true", help="1 worker, 2 epochs")
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--use-gpu", action="store_true")
-    parser.add_argument("--address", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--address", default=None, help="Ray address, e.g. 'auto'")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--tqdm", action="store_true", help="a progress bar per call")
+    args = parser.parse_args(argv)
     import ray
 
-    ray.init(address=args.address)
-    train_example(num_workers=args.num_workers, use_gpu=args.use_gpu)
+    ray.init(address=args.address, num_cpus=None if args.address else max(args.num_workers, 2))
+    workers, epochs = (1, 2) if args.smoke_test else (args.num_workers, args.epochs)
+    train_example(num_workers=workers, use_gpu=args.use_gpu, epochs=epochs,
+                  use_tqdm="always" if args.tqdm else False)
+
+
+if __name__ == "__main__":
+    main()
