@@ -47,6 +47,9 @@ def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
     return state
 
 
+WHERE_AFTER_S = 0.5  # idle this long before a progress report says where the rank is
+
+
 def _length(iterable: Any, before: int = 0) -> Optional[int]:
     """Batches in a call (``before`` of them done earlier), or None when unknown."""
     try:
@@ -261,9 +264,11 @@ class WorkerRunner:
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""
-        return {"steps": self._passes.steps if self._passes else 0,
-                "idle_s": time.monotonic() - self._last_progress,
-                "first_step_wall": self.first_step_wall, "where": self._where(),
+        idle = time.monotonic() - self._last_progress
+        # Walking the training thread's stack costs CPU; only a stalled rank needs it.
+        where = self._where() if idle >= WHERE_AFTER_S else "making progress"
+        return {"steps": self._passes.steps if self._passes else 0, "idle_s": idle,
+                "first_step_wall": self.first_step_wall, "where": where,
                 "call": self.events.report()}
 
     def _begin_call(self) -> None:

@@ -11,6 +11,7 @@ driver's progress bar (see :mod:`raysgd.progress`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import ray
@@ -23,6 +24,10 @@ logger = logging.getLogger("raysgd")
 
 # A standing commit request returns empty after this long and is asked again.
 COMMIT_POLL_S = 2.0
+# How often each rank is asked for a progress report. Hangs are judged in
+# seconds (timeout_s) and a progress bar reads well at a few updates a second;
+# asking more often only takes CPU from the workers on small machines.
+PROGRESS_EVERY_S = 0.25
 
 
 class CallWatch:
@@ -36,6 +41,7 @@ class CallWatch:
         self.ticket = ticket
         self.on_progress = on_progress
         self._asked: Dict[Any, int] = {}  # progress ref -> rank
+        self._next_ask = 0.0
         self.assembler = CommitAssembler(monitor.world_size, committed_step)
         self._polls: Dict[Any, Tuple[int, Any]] = {}  # commit header ref -> (rank, snapshot ref)
         self._dead: Set[int] = set()
@@ -61,6 +67,10 @@ class CallWatch:
         return [(rank + offset, actor) for rank, actor in enumerate(self.group.actors)]
 
     def _ask_progress(self) -> None:
+        now = time.monotonic()
+        if now < self._next_ask:
+            return
+        self._next_ask = now + PROGRESS_EVERY_S
         waiting = set(self._asked.values())
         for rank, actor in self._remote_ranks():
             if rank not in waiting:
