@@ -3,7 +3,7 @@
 Worker side, :class:`BatchEvents`: the runner opens a call with its length,
 the loops count each batch (and the default loops its metrics and samples).
 The driver's health poll, which already asks every rank for a progress
-report about ten times a second, carries the counters back; nothing is ever
+report four times a second, carries the counters back; nothing is ever
 printed by a worker, so Ray's log forwarding cannot garble a bar.
 
 Driver side, :func:`make_progress` turns the ``use_tqdm`` setting into a
