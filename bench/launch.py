@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from bench import RESULT_MARKER, T0_ENV
 from bench.catalog import Variant
@@ -100,14 +100,20 @@ def describe(run: Dict[str, Any]) -> str:
 
 
 def run_all(variants: List[Variant], workload: str, mode: str, repeats: int,
-            timeout_s: float) -> Dict[str, List[Dict[str, Any]]]:
-    """Every run of every variant, grouped by variant name; progress on stderr."""
+            timeout_s: float, judge: Callable[[Dict[str, Any]], Dict[str, Any]] = lambda r: r,
+            show: Optional[Callable[[Dict[str, Any]], str]] = None) -> Dict[str, List[Dict[str, Any]]]:
+    """Every run of every variant, grouped by variant name; progress on stderr.
+
+    ``judge`` may re-decide a run's ``ok`` for a mode with other figures, ``show``
+    describes a run in the progress line (default: the main suite's figures).
+    """
+    show = show or describe
     runs: Dict[str, List[Dict[str, Any]]] = {variant.name: [] for variant in variants}
     plan = schedule(variants, repeats)
     for index, (rep, variant) in enumerate(plan, 1):
-        run = {"rep": rep, **run_once(variant, workload, mode, timeout_s)}
+        run = {"rep": rep, **judge(run_once(variant, workload, mode, timeout_s))}
         runs[variant.name].append(run)
-        print(f"[{index}/{len(plan)}] {variant.name}: {describe(run)}", file=sys.stderr,
+        print(f"[{index}/{len(plan)}] {variant.name}: {show(run)}", file=sys.stderr,
               flush=True)
     return runs
 

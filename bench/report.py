@@ -86,11 +86,14 @@ def tables(summaries: Dict[str, Dict[str, Any]], ratios: List[Dict[str, Any]]) -
              max((s[f] or {}).get("n", 0) for f in FIGURES)]
             for name, s in summaries.items()]
     figures = tabulate(rows, headers=["variant", "what", *(HEADERS[f] for f in FIGURES), "n"])
-    ratio_rows = [[r["ratio"], HEADERS[r["figure"]], f"{r['value']:.3f}", r["target"] or "-",
-                   {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in ratios]
-    ratio_table = tabulate(ratio_rows, headers=["ratio (medians)", "figure", "value", "target",
-                                                "met"])
-    return f"{figures}\n\n{ratio_table}\n"
+    return f"{figures}\n\n{ratio_table(ratios, HEADERS)}\n"
+
+
+def ratio_table(ratios: List[Dict[str, Any]], headers: Dict[str, str]) -> str:
+    """The ratios (medians) with their targets and whether each was met, as text."""
+    rows = [[r["ratio"], headers[r["figure"]], f"{r['value']:.3f}", r["target"] or "-",
+             {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in ratios]
+    return tabulate(rows, headers=["ratio (medians)", "figure", "value", "target", "met"])
 
 
 def _version(package: str) -> Optional[str]:

@@ -17,8 +17,9 @@ from bench.catalog import Variant
 from bench.gpu import NEEDS_CUDA, RAYSGD_USE_FP16
 from bench.gpu.catalog import BY_NAME, FIGURES, HEADERS, OPTIONAL_FIGURES, RATIOS, select
 from bench.gpu.workload import GpuWorkload, get_workload
-from bench.launch import REPO_ROOT, common_parser, positive, run_once, schedule
-from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
+from bench.launch import REPO_ROOT, common_parser, positive, run_all
+from bench.report import (cell, compute_ratios, metadata_block, ratio_table, save, settle,
+                          summarize)
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "gpu.json")
 COLUMNS = ("images_per_s", "gpu_mem_mib", "loss_scale", "wall_s", "peak_mem_mib")
@@ -59,19 +60,6 @@ def describe(run: Dict[str, Any]) -> str:
             f"{run['timed_s']:.2f}s){scale}, wall {run['wall_s']:.1f}s")
 
 
-def run_all(variants: List[Variant], workload: GpuWorkload, mode: str, repeats: int,
-            timeout_s: float) -> Dict[str, List[Dict[str, Any]]]:
-    """Every run of every variant, in rotating order; progress on stderr."""
-    runs: Dict[str, List[Dict[str, Any]]] = {variant.name: [] for variant in variants}
-    plan = schedule(variants, repeats)
-    for index, (rep, variant) in enumerate(plan, 1):
-        run = {"rep": rep, **check(run_once(variant, workload.name, mode, timeout_s))}
-        runs[variant.name].append(run)
-        print(f"[{index}/{len(plan)}] {variant.name}: {describe(run)}", file=sys.stderr,
-              flush=True)
-    return runs
-
-
 def summarize_runs(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     """``bench.report.summarize`` over the required figures plus the optional ones all runs have."""
     good = [run for run in runs if run["ok"]]
@@ -90,11 +78,7 @@ def tables(variants: List[Variant], summaries: Dict[str, Dict[str, Any]],
         rows.append([variant.name, variant.label, *cells,
                      max((stats[f] or {}).get("n", 0) for f in FIGURES)])
     figures = tabulate(rows, headers=["variant", "what", *(HEADERS[c] for c in COLUMNS), "n"])
-    ratio_rows = [[r["ratio"], HEADERS[r["figure"]], f"{r['value']:.3f}", r["target"] or "-",
-                   {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in ratios]
-    ratio_table = tabulate(ratio_rows, headers=["ratio (medians)", "figure", "value", "target",
-                                                "met"])
-    return f"{figures}\n\n{ratio_table}\n"
+    return f"{figures}\n\n{ratio_table(ratios, HEADERS)}\n"
 
 
 def device_names(runs: Dict[str, List[Dict[str, Any]]]) -> List[str]:
@@ -114,7 +98,8 @@ def main(argv=None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     workload = get_workload(mode, args.warmup, args.steps)
     variants = [with_run_args(v, device, workload) for v in select(args.variants)]
-    runs = run_all(variants, workload, mode, repeats, args.timeout)
+    runs = run_all(variants, workload.name, mode, repeats, args.timeout, judge=check,
+                   show=describe)
     summaries = {v.name: summarize_runs(runs[v.name]) for v in variants}
     ratios = compute_ratios(summaries, RATIOS)
     meta = metadata_block({
