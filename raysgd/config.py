@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import importlib.util
 import numbers
-import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
+from raysgd.constants import (SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH, SCHEDULER_STEP_MANUAL,
+                              env_seconds)
 from raysgd.errors import ConfigError
 
-SCHEDULER_STEP_FREQS = ("batch", "epoch", "manual", None)
+SCHEDULER_STEP_FREQS = (SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH, SCHEDULER_STEP_MANUAL, None)
 BACKENDS = ("auto", "gloo", "nccl")
+# Ray's placement group strategies. PACK (the default) keeps ranks on as few
+# nodes as possible, so DDP's all-reduce stays on fast local links.
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 FP16_MODES = (False, True, "fp16", "bf16", "apex")
 # In-epoch commit interval (batches); see bench/ for its measured cost.
 DEFAULT_COMMIT_EVERY = 50
@@ -43,13 +47,26 @@ def check_choices(scheduler_step_freq: Any, backend: Any, use_fp16: Any) -> None
     _check_choice("use_fp16", use_fp16, FP16_MODES)
 
 
+def check_placement_strategy(strategy: Any) -> str:
+    _check_choice("placement_strategy", strategy, PLACEMENT_STRATEGIES)
+    return strategy
+
+
+def check_max_retries(max_retries: Any) -> None:
+    if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(
+            max_retries, numbers.Integral) or max_retries < 0):
+        raise ConfigError(f"max_retries must be an integer >= 0 (0 raises at the first worker "
+                          f"failure) or None for failure_config's default, got {max_retries!r}.")
+
+
+def default_placement_timeout_s() -> float:
+    """``SGD_PLACEMENT_GROUP_TIMEOUT_S`` from the environment (the legacy knob), else 100 s."""
+    return env_seconds("SGD_PLACEMENT_GROUP_TIMEOUT_S", 100.0)
+
+
 def default_timeout_s() -> float:
     """``NCCL_TIMEOUT_S`` from the environment (the legacy knob), else 1800 s."""
-    raw = os.environ.get("NCCL_TIMEOUT_S")
-    try:
-        return float(raw) if raw else 1800.0
-    except ValueError:
-        raise ConfigError(f"NCCL_TIMEOUT_S={raw!r} is not a number of seconds.") from None
+    return env_seconds("NCCL_TIMEOUT_S", 1800.0)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,11 @@ class TrainerShutdownError(RaySGDError, RuntimeError):
     """A method was called on a trainer whose workers are gone."""
 
 
-class ResourcesUnavailableError(RaySGDError, RuntimeError):
-    """The cluster cannot place the requested workers."""
+class ResourcesUnavailableError(RaySGDError, RuntimeError, TimeoutError):
+    """The cluster cannot place the requested workers (now, or within the placement timeout).
+
+    Also a ``TimeoutError``, which legacy RaySGD raised and legacy code catches.
+    """
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ def _as_list(value: Any) -> list:
 
 
 def _shaped(given: Any, items: list) -> Any:
-    """Return ``items`` in the shape the user gave: single → single, sequence → tuple."""
-    return tuple(items) if isinstance(given, (list, tuple)) else items[0]
+    """Return ``items`` in the container the user gave: list → list, tuple → tuple, one → one."""
+    if isinstance(given, list):
+        return list(items)
+    return tuple(items) if isinstance(given, tuple) else items[0]
 
 
 class TrainingOperator:
@@ -86,8 +88,17 @@ class TrainingOperator:
             f"{type(self).__name__} must override setup(self, config) and call "
             "self.register(models=..., optimizers=...) there.")
 
-    def train_epoch(self, iterator: Iterable, info: Optional[dict] = None, **kwargs) -> dict:
-        """Train over ``iterator``; returns averaged metrics of ``train_batch``."""
+    def train_epoch(self, iterator: Iterable, info: Optional[dict] = None,
+                    num_steps: Optional[int] = None, epoch_idx: int = 0) -> dict:
+        """Train over ``iterator``; returns averaged metrics of ``train_batch``.
+
+        ``info`` holds the call's ``NUM_STEPS``, ``SCHEDULER_STEP``, ``USE_FP16``
+        and ``epoch_idx`` plus what was passed to ``trainer.train(info=...)``.
+        An override may take Ray 1.12's keywords ``num_steps`` and
+        ``epoch_idx`` (the same values); ``train_epoch(self, iterator, info)``
+        works too. Each ``batch_info`` is ``info`` plus ``batch_idx`` (in the
+        pass), ``global_step`` and ``epoch_idx`` (the batch's 0-based pass).
+        """
         for model in self._models:
             model.train()
         # After a recovery the meters continue from the commit, so the call's
@@ -95,12 +106,9 @@ class TrainingOperator:
         meters = self._meters = self._resume_meters or AverageMeterCollection()
         self._resume_meters = None
         for index, batch in enumerate(iterator):
-            batch_info = {
-                "batch_idx": getattr(iterator, "batch_idx", index),
-                "global_step": self.global_step,
-                "epoch_idx": getattr(iterator, "epoch_idx", 0),
-            }
-            batch_info.update(info or {})
+            batch_info = {**(info or {}), "batch_idx": getattr(iterator, "batch_idx", index),
+                          "global_step": self.global_step,
+                          "epoch_idx": getattr(iterator, "epoch_idx", 0)}
             metrics = dict(self.train_batch(batch, batch_info) or {})
             self.global_step += 1
             self._count(meters, metrics)
@@ -184,7 +192,8 @@ class TrainingOperator:
         """Hand the training components to raysgd; returns them ready to use.
 
         Returns ``(models, optimizers[, criterion][, schedulers])`` with each item
-        in the shape given (one object → one object, a tuple → a tuple). Models
+        in the container given (one object → one object, a list → a list, a
+        tuple → a tuple). Models
         come back on the worker's device and, when distributed with
         ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``.
         """

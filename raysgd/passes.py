@@ -1,4 +1,5 @@
-"""Position in the train loader across ``train()`` calls.
+"""Position in a loader across calls: the train loader's across ``train()``
+calls, the validation loader's across ``validate(num_steps=...)`` calls.
 
 ``epoch`` counts passes over the loader. ``take(None)`` finishes the current
 pass (or runs a whole new one when the current pass is used up);
@@ -35,8 +36,12 @@ def _known_length(loader: Any) -> Optional[int]:
 class Passes:
     """Remembers the pass index and the batch position inside it."""
 
-    def __init__(self, loader: Any):
+    def __init__(self, loader: Any, what: str = "train loader", allow_empty: bool = False):
         self.loader = loader
+        self.what = what
+        # An empty validation loader (a tiny shard) validates nothing; an empty
+        # train loader is a mistake worth an error.
+        self.allow_empty = allow_empty
         self.epoch_idx = -1  # pass of the last batch handed out; -1 before any
         self.batch_idx = 0   # batches handed out in that pass
         self.steps = 0       # batches handed out in all passes
@@ -97,7 +102,9 @@ class Passes:
             return next(self._iterator)
         except StopIteration:
             self._iterator = None
-            raise ConfigError("The train loader yielded no batches; check its dataset and "
+            if self.allow_empty:
+                raise
+            raise ConfigError(f"The {self.what} yielded no batches; check its dataset and "
                               "batch_size (drop_last=True with a small shard gives none).") from None
 
     # ----------------------------------------------------------------- state

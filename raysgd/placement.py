@@ -35,8 +35,12 @@ def _shown(resources: Dict[str, float]) -> Dict[str, float]:
     return {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
 
 
-def check_can_ever_place(bundle: Dict[str, float], count: int) -> None:
-    """Fail at once when the cluster could never hold ``count`` bundles."""
+def _fits(node: Dict[str, float], bundle: Dict[str, float], count: int = 1) -> bool:
+    return all(node.get(k, 0) >= v * count for k, v in bundle.items())
+
+
+def check_can_ever_place(bundle: Dict[str, float], count: int, strategy: str = "PACK") -> None:
+    """Fail at once when the cluster could never hold ``count`` bundles placed by ``strategy``."""
     total = ray.cluster_resources()
     for key, amount in bundle.items():
         if amount * count > total.get(key, 0):
@@ -45,10 +49,20 @@ def check_can_ever_place(bundle: Dict[str, float], count: int) -> None:
                 f"but the whole cluster has {key}: {total.get(key, 0):g}. Lower num_workers or "
                 "num_cpus_per_worker, set use_gpu=False, or add nodes.")
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    if nodes and not any(all(n.get(k, 0) >= v for k, v in bundle.items()) for n in nodes):
+    if not nodes:
+        return
+    if not any(_fits(n, bundle) for n in nodes):
         raise ResourcesUnavailableError(
             f"No node can hold one worker of {bundle}; the largest nodes have "
             f"{[_shown(n) for n in nodes]}. Lower num_cpus_per_worker.")
+    if strategy == "STRICT_PACK" and not any(_fits(n, bundle, count) for n in nodes):
+        raise ResourcesUnavailableError(
+            f"placement_strategy='STRICT_PACK' needs one node for all {count} worker(s) of "
+            f"{bundle}; the nodes have {[_shown(n) for n in nodes]}. Use 'PACK' or fewer workers.")
+    if strategy == "STRICT_SPREAD" and sum(_fits(n, bundle) for n in nodes) < count:
+        raise ResourcesUnavailableError(
+            f"placement_strategy='STRICT_SPREAD' needs {count} nodes that each hold a worker of "
+            f"{bundle}; only {sum(_fits(n, bundle) for n in nodes)} do. Use 'SPREAD' or add nodes.")
 
 
 @dataclass(frozen=True)
@@ -64,14 +78,16 @@ class Reservation:
     size: int
 
 
-def reserve(bundle: Dict[str, float], count: int, timeout_s: float) -> PlacementGroup:
-    """A ready placement group of ``count`` bundles, or ResourcesUnavailableError."""
-    group = placement_group([bundle] * count, strategy="PACK")
+def reserve(bundle: Dict[str, float], count: int, timeout_s: float,
+            strategy: str = "PACK") -> PlacementGroup:
+    """A ready placement group of ``count`` bundles, or ResourcesUnavailableError
+    (also a ``TimeoutError``, as legacy raised) after ``timeout_s``."""
+    group = placement_group([bundle] * count, strategy=strategy)
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(group)
         raise ResourcesUnavailableError(
-            f"Could not place {count} worker(s) of {bundle} within {timeout_s:.0f}s; available "
+            f"Could not place {count} worker(s) of {bundle} ({strategy}) within {timeout_s:.0f}s; available "
             f"now: {_shown(ray.available_resources())}, cluster total: "
             f"{_shown(ray.cluster_resources())}. Free resources, lower num_workers/"
             "num_cpus_per_worker, or raise placement_timeout_s.")

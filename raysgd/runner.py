@@ -7,7 +7,6 @@ position in the train loader and the worker's full state.
 from __future__ import annotations
 
 import copy
-import itertools
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from raysgd import distributed, rng
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.handoff import CommitHandoff
+from raysgd.hooks import EpochCaller, call_info
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.packing import pack_tensors, unpack_tensors
 from raysgd.passes import Passes
@@ -74,6 +74,8 @@ class WorkerRunner:
         self.operator: Optional[TrainingOperator] = None
         self._store = None
         self._passes: Optional[Passes] = None
+        self._val_passes: Optional[Passes] = None
+        self._train_epoch: Optional[EpochCaller] = None
         self.commit_every = commit_every
         # In-epoch commits on their way to the driver (see raysgd.handoff).
         self._handoff = CommitHandoff(commit_wait_s)
@@ -105,6 +107,10 @@ class WorkerRunner:
                 f"{self.operator_cls.__name__}.setup() did not call self.register(models=..., "
                 "optimizers=...); register at least one model and one optimizer there.")
         self._passes = Passes(self.operator.train_loader)
+        # validate(num_steps=k) continues where the previous one stopped, as legacy did.
+        self._val_passes = Passes(self.operator.validation_loader, "validation loader",
+                                  allow_empty=True)
+        self._train_epoch = EpochCaller(self.operator)
         return {"has_train_loader": self.operator.train_loader is not None,
                 "has_validation_loader": self.operator.validation_loader is not None,
                 "num_models": len(self.operator._models)}
@@ -117,14 +123,16 @@ class WorkerRunner:
         if operator.train_loader is None:
             raise ConfigError("train() needs a train loader: call "
                               "self.register_data(train_loader=...) in setup().")
-        operator.timers = TimerCollection() if profile else NULL_TIMERS
+        operator.timers = TimerCollection(window_size=None) if profile else NULL_TIMERS
         self._begin_call()
         start = time.perf_counter()
         if not resume:
             self._call_done_base, operator._resume_meters = 0, None
+        epoch_idx = self._passes.epoch  # passes started before this call
+        info = call_info(info, num_steps, epoch_idx, self.settings)
         iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
         self.events.begin("train", _length(iterator, self._call_done_base), self._call_done_base)
-        metrics = operator.train_epoch(iterator, info or {})
+        metrics = self._train_epoch(iterator, info, num_steps, epoch_idx)
         self._note_first_step(iterator.done)
         result = {"epoch": self._passes.epoch, **(metrics or {})}
         if profile:
@@ -139,21 +147,18 @@ class WorkerRunner:
         if operator.validation_loader is None:
             raise ConfigError("validate() needs a validation loader: call "
                               "self.register_data(validation_loader=...) in setup().")
-        operator.timers = TimerCollection() if profile else NULL_TIMERS
+        operator.timers = TimerCollection(window_size=None) if profile else NULL_TIMERS
         self._begin_call()
         start = time.perf_counter()
-        total = _length(operator.validation_loader)
-        self.events.begin("validate", total if num_steps is None or total is None
-                          else min(total, num_steps))
-        iterator = self._ticking(operator.validation_loader)
-        if num_steps is not None:
-            iterator = itertools.islice(iterator, num_steps)
+        info = call_info(info, num_steps, self._passes.epoch, self.settings)
+        iterator = self._val_passes.take(num_steps, self._tick)
+        self.events.begin("validate", _length(iterator))
         # Validation must not move the training RNGs (its loader draws a seed),
         # so a run trains the same however often it validates, and a commit
         # taken after train() is still exact after validate().
         rng_before = rng.get_state()
         try:
-            result = dict(operator.validate(iterator, info or {}) or {})
+            result = dict(operator.validate(iterator, info) or {})
         finally:
             rng.set_state(rng_before)
         if profile:
@@ -275,9 +280,12 @@ class WorkerRunner:
         self._thread = threading.get_ident()
         self._last_progress = time.monotonic()
 
-    def _before_batch(self, done: int) -> None:
+    def _tick(self, done: int = 0) -> None:
         self._last_progress = time.monotonic()
         self.events.fetched_batch()
+
+    def _before_batch(self, done: int) -> None:
+        self._tick()
         self._note_first_step(done)
         call_done = self._call_done_base + done
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
@@ -287,12 +295,6 @@ class WorkerRunner:
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:
             self.first_step_wall = time.time()
-
-    def _ticking(self, iterable):
-        for item in iterable:
-            self._last_progress = time.monotonic()
-            self.events.fetched_batch()
-            yield item
 
     def _where(self) -> str:
         frame = sys._current_frames().get(self._thread) if self._thread else None
@@ -310,6 +312,6 @@ class WorkerRunner:
 
     def shutdown(self) -> None:
         self.operator = None
-        self._passes = None
+        self._passes = self._val_passes = self._train_epoch = None
         distributed.destroy_process_group()
         self._store = None

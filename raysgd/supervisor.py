@@ -8,6 +8,12 @@ even the RNGs alone). Inside ``train()`` the call's watch moves it forward
 every ``checkpoint_every_n_steps`` batches. On a recoverable failure the
 supervisor tears the group down, asks the :class:`RecoveryPolicy` what to do,
 starts a new group, restores the commit and resumes the call from its step.
+
+An exception raised by user code is not retried: it reaches the caller with
+its own type, but first every rank is rolled back to the commit, in place
+when all ranks left the call, or by restarting the group when some rank is
+still inside it (waiting in a collective the failed rank never joined). So
+the trainer stays usable and the trained state survives.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ class RecoveryStats:
     recovery_times_s: List[float] = field(default_factory=list)
     num_workers: int = 0
     resizes: List[Tuple[int, int, str]] = field(default_factory=list)
+    user_errors: int = 0  # exceptions from user code, each rolled back to the last commit
 
     @property
     def last_recovery_s(self) -> Optional[float]:
@@ -80,6 +87,9 @@ class Supervisor:
                 self._recover(failure, self._steps_lost(watch))
                 remaining = None if num_steps is None else num_steps - self.commit.call_done
                 resume = self.commit.call_done > 0
+            except BaseException as error:
+                self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch))
+                raise
         self.commit = commit
         self._note_recovery_time(headers[0]["first_step_wall"])
         return [header["metrics"] for header in headers]
@@ -103,6 +113,9 @@ class Supervisor:
                 return result
             except WorkerFailedError as failure:
                 self._recover(failure, 0)
+            except BaseException as error:
+                self._roll_back(error, mutated=mutates)
+                raise
 
     def _set_commit(self, commit: Commit) -> None:
         self.commit = commit
@@ -121,6 +134,7 @@ class Supervisor:
         decision = self.policy.on_failure(self._placeable(previous))
         while True:
             if not decision.retry:
+                self.group = None
                 raise RetriesExhaustedError(
                     f"Giving up after worker failure: {decision.reason}.", failure.failures) from failure
             time.sleep(decision.wait_s)
@@ -134,6 +148,37 @@ class Supervisor:
                 # The resource view can lag a lost node: try one fewer next time.
                 ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
+
+    def _roll_back(self, error: BaseException, mutated: bool, steps_lost: int = 0) -> None:
+        """User code raised: put every rank back at the last commit, or close the trainer."""
+        self.stats.user_errors += 1
+        self.stats.steps_lost += steps_lost
+        # A Ctrl-C on the driver leaves the call running on the workers.
+        stuck = self.group.left_running or not isinstance(error, Exception)
+        if not stuck and not mutated:
+            return  # every rank left a call that changes no state: nothing to undo
+        logger.warning("raysgd: %s in user code; rolling every rank back to the commit of step "
+                       "%d (%s)", type(error).__name__, self.commit.step,
+                       "restarting the workers: a rank was still inside the call" if stuck
+                       else "in place")
+        try:
+            if not stuck:
+                try:
+                    self.group.restore(self.commit)
+                    return
+                except WorkerFailedError as exc:
+                    logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)
+            self._restart_at_commit()
+        except BaseException as exc:  # noqa: BLE001 - the user's error is the one to raise
+            logger.error("raysgd: could not roll back after %s (%r); the workers are stopped",
+                         type(error).__name__, exc)
+            self.shutdown(force=True)
+
+    def _restart_at_commit(self) -> None:
+        count = self.group.num_workers
+        self.group.shutdown(force=True)
+        if not self._relaunch(count, "rollback after a user error", count):
+            raise ResourcesUnavailableError(f"could not restart {count} worker(s)")
 
     def _relaunch(self, count: int, reason: str, previous: int) -> bool:
         try:

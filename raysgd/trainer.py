@@ -11,15 +11,16 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd import checkpoint
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
-                           check_commit_every, check_num_steps, check_num_workers,
-                           default_timeout_s, resolve_backend)
+                           check_commit_every, check_max_retries, check_num_steps,
+                           check_num_workers, check_placement_strategy,
+                           default_placement_timeout_s, default_timeout_s, resolve_backend)
+from raysgd.constants import BATCH_SIZE
 from raysgd.errors import ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
 from raysgd.progress import make_progress
 from raysgd.recovery import FailureConfig, RecoveryPolicy
 from raysgd.supervisor import Supervisor
-from raysgd.utils import BATCH_SIZE
 from raysgd.worker_group import WorkerGroup
 
 logger = logging.getLogger("raysgd")
@@ -83,7 +84,8 @@ class TorchTrainer:
                  checkpoint_every_n_steps: Optional[int] = DEFAULT_COMMIT_EVERY,
                  min_workers: int = 1, failure_config: Optional[FailureConfig] = None,
                  clip_grad_norm: Optional[float] = None, accumulate_steps: int = 1,
-                 placement_timeout_s: float = 60.0,
+                 placement_timeout_s: Optional[float] = None,
+                 placement_strategy: str = "PACK",
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  _worker_group_cls: type = WorkerGroup, _reservation=None):
@@ -101,6 +103,7 @@ class TorchTrainer:
         self._group_cls = _worker_group_cls
         self._reservation = _reservation  # bundles reserved by a Tune trial (raysgd.tune)
         check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs
+        self._placement_strategy = check_placement_strategy(placement_strategy)
         self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu)
@@ -113,7 +116,8 @@ class TorchTrainer:
             clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._global_batch = self._check_batch_size()
-        self._placement_timeout_s = placement_timeout_s
+        self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None
+                                     else placement_timeout_s)
         self._initialization_hook = initialization_hook
         self._closed_reason: Optional[str] = None
         self._supervisor = Supervisor(
@@ -159,17 +163,26 @@ class TorchTrainer:
         timeout = min(self._placement_timeout_s, 5.0) if recovering else self._placement_timeout_s
         return self._group_cls(self.operator_cls, lambda rank: dict(config), self.settings, count,
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
-                               placement_timeout_s=timeout, reservation=self._reservation)
+                               placement_timeout_s=timeout, reservation=self._reservation,
+                               placement_strategy=self._placement_strategy)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,
               reduce_results: bool = True, max_retries: Optional[int] = None,
-              info: Optional[Dict[str, Any]] = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+              info: Optional[Dict[str, Any]] = None,
+              dataset: Any = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
         """Run one pass (or ``num_steps`` batches) of training on every worker.
 
         Up to ``max_retries`` worker failures are recovered within this call
         (None: ``failure_config.max_retries``, 3 by default; 0 raises at once).
+        An exception from your code is raised here after every worker was
+        rolled back to the last commit, so the trainer stays usable.
         """
+        if dataset is not None:
+            raise ConfigError("train(dataset=...) took a ray.util.sgd.data.Dataset, which was built "
+                              "on ray.util.iter (removed from Ray); register a DataLoader with "
+                              "self.register_data(train_loader=...) in setup() instead.")
+        check_max_retries(max_retries)
         self._require("has_train_loader", "train()", "train_loader")
         check_num_steps(num_steps)
         return self._run_shown("train", reduce_results, lambda bar: self._guard(
@@ -223,8 +236,7 @@ class TorchTrainer:
     def load_state_dict(self, state: Dict[str, Any], blocking: bool = False) -> None:
         """Load ``state`` into every worker. Always waits, so errors are never lost;
         ``blocking`` is accepted for compatibility."""
-        # Nothing is half-applied by a failed load (it has no collectives), so
-        # the workers stay up and the error is just raised.
+        # A load that fails on any rank is rolled back, so no rank keeps half of it.
         self._call("load_state_dict", self._group().put(state), abort_on_failure=False,
                    mutates=True)
 
@@ -300,17 +312,18 @@ class TorchTrainer:
     def _call(self, method: str, *args, abort_on_failure: bool = True, **options):
         self._group()
         return self._guard(method, lambda: self._supervisor.call(
-            method, *args, abort_on_failure=abort_on_failure, **options), abort_on_failure)
+            method, *args, abort_on_failure=abort_on_failure, **options))
 
-    def _guard(self, method: str, run: Callable[[], Any], abort_on_failure: bool = True):
-        """Run ``run``; if it fails for good, stop the workers (a collective may be half done)."""
+    def _guard(self, method: str, run: Callable[[], Any]):
+        """Run ``run``; the supervisor has rolled the workers back when it raises,
+        unless it had to stop them (then later calls say why)."""
         self._group()
         try:
             return run()
         except BaseException as exc:
-            if abort_on_failure:
-                self._supervisor.shutdown(force=True)
-                self._closed_reason = f"the workers were stopped after {type(exc).__name__} in {method}"
+            if self._supervisor.group is None:
+                self._closed_reason = (f"the workers were stopped after {type(exc).__name__} in "
+                                       f"{method}; see the log")
             raise
 
 

@@ -85,7 +85,8 @@ class BaseTorchTrainable(tune.Trainable):
             worker["GPU"] = 1.0
         remote = settings["num_workers"] - (1 if settings["use_local"] else 0)
         head = dict(worker) if settings["use_local"] else dict(DRIVER_BUNDLE)
-        return tune.PlacementGroupFactory([head] + [dict(worker)] * remote)
+        strategy = cls._trainer_kwargs.get("placement_strategy", "PACK")
+        return tune.PlacementGroupFactory([head] + [dict(worker)] * remote, strategy=strategy)
 
     # ------------------------------------------------------------ trial
     def setup(self, config: Dict[str, Any]) -> None:

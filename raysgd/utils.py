@@ -1,9 +1,10 @@
-"""Legacy ``ray.util.sgd.utils`` names."""
+"""Legacy ``ray.util.sgd.utils`` names: constants, meters, timers and small helpers."""
 from raysgd.batches import move_to_device
+from raysgd.constants import BATCH_SIZE
 from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
 from raysgd.report import pretty_print
-
-BATCH_SIZE = "*batch_size"
+from raysgd.timers import TimerCollection, TimerStat
+from raysgd.worker_group import check_for_failure
 
 
 def override(interface_class):
@@ -19,5 +20,5 @@ def override(interface_class):
 
 
 __all__ = ["BATCH_SIZE", "NUM_SAMPLES", "BATCH_COUNT", "AverageMeter",
-           "AverageMeterCollection", "override", "move_to_device",
-           "pretty_print"]
+           "AverageMeterCollection", "TimerStat", "TimerCollection", "check_for_failure",
+           "override", "move_to_device", "pretty_print"]

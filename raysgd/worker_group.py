@@ -38,14 +38,32 @@ FAILURE_GRACE_S = 1.0
 POLL_S = 0.1  # how often a monitored call checks health
 
 
+def check_for_failure(remote_values: Sequence[Any]) -> bool:
+    """Wait for every reference; False (and the error logged) if an actor died.
+
+    Ray 1.12's ``ray.util.sgd.utils.check_for_failure``; an error raised by the
+    task itself still propagates.
+    """
+    unfinished = list(remote_values)
+    try:
+        while unfinished:
+            finished, unfinished = ray.wait(unfinished)
+            ray.get(finished)
+        return True
+    except RayActorError as exc:
+        logger.exception("raysgd: %s", exc)
+        return False
+
+
 class WorkerGroup:
     """Starts, drives and stops the workers of one trainer."""
 
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],
                  settings: WorkerSettings, num_workers: int, use_local: bool = False,
                  initialization_hook: Optional[Callable] = None,
-                 placement_timeout_s: float = 60.0,
-                 reservation: Optional[placement.Reservation] = None):
+                 placement_timeout_s: float = 100.0,
+                 reservation: Optional[placement.Reservation] = None,
+                 placement_strategy: str = "PACK"):
         self.operator_cls = operator_cls
         self.config_for_rank = config_for_rank
         self.settings = settings
@@ -53,12 +71,16 @@ class WorkerGroup:
         self.use_local = use_local
         self.initialization_hook = initialization_hook
         self.placement_timeout_s = placement_timeout_s
+        self.placement_strategy = placement_strategy  # ignored inside a reservation
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
         self.reservation = reservation
         self._pg = None
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
+        # Set when the last call failed while other ranks were still inside it
+        # (e.g. waiting in a collective the failed rank never joined).
+        self.left_running = False
         self._threads: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @property
@@ -114,8 +136,9 @@ class WorkerGroup:
                     "reserved for them.")
             self._first_bundle = self.reservation.first_bundle
             return
-        placement.check_can_ever_place(self._bundle(), self.num_remote)
-        self._pg = placement.reserve(self._bundle(), self.num_remote, self.placement_timeout_s)
+        placement.check_can_ever_place(self._bundle(), self.num_remote, self.placement_strategy)
+        self._pg = placement.reserve(self._bundle(), self.num_remote, self.placement_timeout_s,
+                                     self.placement_strategy)
 
     def _new_actor(self, index: int):
         bundle = self._bundle()
@@ -248,6 +271,7 @@ class WorkerGroup:
                 watch: Optional[CallWatch] = None) -> List[Any]:
         results: List[Any] = [None] * (len(refs) + offset)
         failures: List[RankFailure] = []
+        self.left_running = False
         pending = {ref: i + offset for i, ref in enumerate(refs)}
         polling = local_future is not None or watch is not None
         while pending and not failures:
@@ -266,6 +290,8 @@ class WorkerGroup:
             # Survivors may be stuck in a collective: take what arrives within
             # the grace period; the caller tears the group down.
             self._collect_stragglers(pending, local_future, results, failures)
+            self.left_running = bool(pending) or (local_future is not None
+                                                  and not local_future.done())
             self._probe_liveness(failures, watch)
         elif failures:
             for ref, rank in pending.items():

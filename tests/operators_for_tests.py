@@ -333,3 +333,30 @@ class OriginOperator(LinearOperator):
 
     def load_state_dict(self, state):
         self.origin = state["origin"]
+
+
+class RaisingOperator(LinearOperator):
+    """Raises KeyError in train_batch at ``self.fail_step`` (a global step) on ``self.fail_ranks``;
+    both are set by the test with apply_all_operators, so a rolled-back trainer trains on."""
+
+    fail_step = None
+    fail_ranks = ()
+
+    def train_batch(self, batch, batch_info):
+        if self.world_rank in self.fail_ranks and batch_info["global_step"] == self.fail_step:
+            raise KeyError(f"missing-key at step {self.fail_step}")
+        return super().train_batch(batch, batch_info)
+
+
+class KeywordEpochOperator(LinearOperator):
+    """A Ray 1.12-style train_epoch override: reports the keywords and info it was given."""
+
+    def train_epoch(self, iterator, info=None, num_steps=None, epoch_idx=0):
+        batches = sum(1 for _ in iterator)
+        return {"batches": batches, "num_steps": -1 if num_steps is None else num_steps,
+                "epoch_idx": epoch_idx, "info_keys": sorted(info)}
+
+    def validate(self, val_iterator, info=None):
+        targets = [float(y) for _, ys in val_iterator for y in ys.flatten()]
+        return {"first": targets[0], "last": targets[-1], "count": len(targets),
+                "num_samples": len(targets), "info_num_steps": info["__num_steps__"] or 0}

@@ -219,7 +219,10 @@ def test_user_exception_in_train_batch_keeps_type_and_rank(trainer_factory):
         trainer.train()
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "rank 1" in notes and "train_batch" in notes  # the worker traceback
-    with pytest.raises(TrainerShutdownError):
+    # The workers were rolled back, not stopped: the trainer still answers.
+    assert trainer.recovery_stats.user_errors == 1
+    assert trainer.validate()["num_samples"] == 400
+    with pytest.raises(ValueError, match="bad batch on rank 1"):
         trainer.train()
 
 

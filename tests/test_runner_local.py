@@ -119,7 +119,7 @@ def test_default_train_batch_with_two_models_says_to_override():
         runner.train_epoch()
 
 
-def test_register_returns_the_shape_given():
+def test_register_returns_the_container_given():
     captured = {}
 
     class Shapes(TrainingOperator):
@@ -132,7 +132,7 @@ def test_register_returns_the_shape_given():
     make_runner(Shapes, scheduler_step_freq="epoch")
     models, optimizers, criterion, scheduler = captured["two"]
     assert isinstance(models, tuple) and len(models) == 2
-    assert isinstance(optimizers, tuple) and len(optimizers) == 1
+    assert isinstance(optimizers, list) and len(optimizers) == 1  # list in, list out (legacy)
     assert isinstance(criterion, nn.MSELoss)
     assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR)
 

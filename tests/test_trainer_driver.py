@@ -19,13 +19,15 @@ class FakeWorkerGroup:
     placeable_script = []
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
-                 initialization_hook=None, placement_timeout_s=60.0, reservation=None):
+                 initialization_hook=None, placement_timeout_s=60.0, reservation=None,
+                 placement_strategy="PACK"):
         self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None
         self.capabilities = {"has_train_loader": True, "has_validation_loader": True, "num_models": 1}
         self.responses = {"progress": [{"steps": 0, "first_step_wall": None}] * num_workers}
         self.placeable = num_workers
+        self.left_running = False
         FakeWorkerGroup.instances.append(self)
 
     def start(self):

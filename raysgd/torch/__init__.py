@@ -1,15 +1,16 @@
 """Legacy ``ray.util.sgd.torch`` names."""
 from raysgd.creator_operator import CreatorOperator
 from raysgd.operator import TrainingOperator
+from raysgd.torch import torch_trainer as _torch_trainer
 from raysgd.trainer import TorchTrainer
 
-__all__ = ["TorchTrainer", "TrainingOperator", "BaseTorchTrainable", "CreatorOperator"]
+__all__ = ["TorchTrainer", "TrainingOperator", "BaseTorchTrainable", "CreatorOperator",
+           "TorchTrainable"]
 
 
 def __getattr__(name):
-    # Ray Tune is heavy and optional: import it only when the trainable is asked for.
-    if name == "BaseTorchTrainable":
-        from raysgd.tune import BaseTorchTrainable
-
-        return BaseTorchTrainable
+    # ``TorchTrainable`` is the Ray 0.8 name of ``BaseTorchTrainable``, still found in
+    # scripts; both import Ray Tune only when asked for (see torch_trainer).
+    if name in ("BaseTorchTrainable", "TorchTrainable"):
+        return _torch_trainer.BaseTorchTrainable
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -89,3 +89,11 @@ def ResNet34(_config=None) -> ResNet:
 
 def ResNet50(_config=None) -> ResNet:
     return ResNet(Bottleneck, [3, 4, 6, 3])
+
+
+def ResNet101(_config=None) -> ResNet:
+    return ResNet(Bottleneck, [3, 4, 23, 3])
+
+
+def ResNet152(_config=None) -> ResNet:
+    return ResNet(Bottleneck, [3, 8, 36, 3])

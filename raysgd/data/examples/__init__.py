@@ -1,0 +1,1 @@
+"""Legacy ``ray.util.sgd.data.examples``."""
