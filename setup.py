@@ -18,6 +18,6 @@ setup(
     extras_require={
         "tune": ["ray[tune]>=2.9"],
         "demo": ["scikit-learn"],
-        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train]>=2.9"],
+        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9"],
     },
 )

@@ -14,38 +14,13 @@ import tempfile
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 import ray
 from raysgd import TorchTrainer
 from raysgd.torch import TrainingOperator
+from raysgd.torch.examples.digits import DigitsNet, digits_datasets
 from raysgd.utils import BATCH_SIZE
-
-
-def digits_datasets(seed: int = 0):
-    """(train, validation) TensorDatasets of 1x8x8 images scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(digits.target, dtype=torch.long)
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
-    cut = int(0.8 * len(labels))
-    train, val = order[:cut], order[cut:]
-    return TensorDataset(images[train], labels[train]), TensorDataset(images[val], labels[val])
-
-
-class DigitsNet(nn.Module):
-    def __init__(self, width: int = 32):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(width * 16, 64), nn.ReLU(),
-                                  nn.Linear(64, 10))
-
-    def forward(self, x):
-        return self.head(self.features(x))
 
 
 class DigitsOperator(TrainingOperator):

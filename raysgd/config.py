@@ -47,6 +47,22 @@ def check_choices(scheduler_step_freq: Any, backend: Any, use_fp16: Any) -> None
     _check_choice("use_fp16", use_fp16, FP16_MODES)
 
 
+REMOVED_ARGUMENTS = {
+    "num_replicas": "use num_workers=N",
+    "batch_size": "use config={'batch_size': N} per worker, or config={raysgd.utils.BATCH_SIZE: N} "
+                  "for a global batch split across workers",
+    "data_loader_args": "return a DataLoader built with those arguments from your operator's setup()",
+}
+
+
+def check_removed_arguments(**given: Any) -> None:
+    """TorchTrainer arguments older RaySGD versions took and 1.12 already refused."""
+    for name, value in given.items():
+        if value is not None:
+            raise ConfigError(f"TorchTrainer({name}=...) was removed before Ray 1.12; "
+                              f"{REMOVED_ARGUMENTS[name]}.")
+
+
 def check_placement_strategy(strategy: Any) -> str:
     _check_choice("placement_strategy", strategy, PLACEMENT_STRATEGIES)
     return strategy

@@ -26,6 +26,13 @@ def ensure_ray() -> None:
         ray.init()
 
 
+def driver_is_ray_client() -> bool:
+    """Whether this process drives Ray through Ray Client (``ray.init("ray://...")``)."""
+    import ray.util.client
+
+    return ray.util.client.ray.is_connected()
+
+
 def cluster_gpus() -> float:
     ensure_ray()
     return ray.cluster_resources().get("GPU", 0.0)

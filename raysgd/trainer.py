@@ -9,10 +9,10 @@ import logging
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from raysgd import checkpoint
+from raysgd import checkpoint, placement
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
                            check_commit_every, check_max_retries, check_num_steps,
-                           check_num_workers, check_placement_strategy,
+                           check_num_workers, check_placement_strategy, check_removed_arguments,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
 from raysgd.errors import ConfigError, TrainerShutdownError
@@ -88,7 +88,10 @@ class TorchTrainer:
                  placement_strategy: str = "PACK",
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
+                 num_replicas=None, batch_size=None, data_loader_args=None,
                  _worker_group_cls: type = WorkerGroup, _reservation=None):
+        check_removed_arguments(num_replicas=num_replicas, batch_size=batch_size,
+                                data_loader_args=data_loader_args)
         creators = dict(model_creator=model_creator, data_creator=data_creator,
                         optimizer_creator=optimizer_creator, loss_creator=loss_creator,
                         scheduler_creator=scheduler_creator)
@@ -100,6 +103,12 @@ class TorchTrainer:
             raise ConfigError(f"config must be a dict, got {type(config).__name__}.")
         self.config = dict(config or {})
         self.use_local = bool(use_local)
+        if self.use_local and placement.driver_is_ray_client():
+            # Rank 0 would run on the client machine, and every worker would have to
+            # open TCP connections to it (rendezvous store, gloo/NCCL) (legacy: ValueError).
+            raise ConfigError("use_local setting is not supported with Ray Client: rank 0 would "
+                              "run on the client machine. Use use_local=False (every rank on the "
+                              "cluster; get_model() and state_dict() still reach the driver).")
         self._group_cls = _worker_group_cls
         self._reservation = _reservation  # bundles reserved by a Tune trial (raysgd.tune)
         check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs

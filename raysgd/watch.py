@@ -30,6 +30,14 @@ COMMIT_POLL_S = 2.0
 PROGRESS_EVERY_S = 0.25
 
 
+def pull_to_driver(snapshots: List[Any]) -> None:
+    """Start copying a commit's snapshots to the driver's node (without waiting), so that
+    losing the node a worker ran on does not lose the commit."""
+    remote = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
+    if remote:
+        ray.wait(remote, num_returns=len(remote), timeout=0, fetch_local=True)
+
+
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
                  on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0,
@@ -116,9 +124,7 @@ class CallWatch:
         commit = self.assembler.add(rank, step, call_done, snapshot)
         if commit is None:
             return
-        # Copy the snapshots to the driver's node so a lost worker node loses no commit.
-        remote = [ref for ref in commit.snapshots if isinstance(ref, ray.ObjectRef)]
-        ray.wait(remote, num_returns=len(remote), timeout=0, fetch_local=True)
+        pull_to_driver(commit.snapshots)
         self.committed_step = commit.step
         self.on_commit(commit)
 

@@ -26,7 +26,7 @@ from raysgd.errors import RankFailure, ResourcesUnavailableError
 from raysgd.failures import primary_failure
 from raysgd.health import Commit, HealthMonitor
 from raysgd.runner import WorkerRunner
-from raysgd.watch import CallWatch
+from raysgd.watch import CallWatch, pull_to_driver
 
 logger = logging.getLogger("raysgd")
 
@@ -216,6 +216,7 @@ class WorkerGroup:
         if self.local_runner is not None:
             headers[0], local_snap = headers[0]
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
+        pull_to_driver(snapshots)
         return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
                                snapshots)
 

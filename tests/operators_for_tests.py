@@ -360,3 +360,13 @@ class KeywordEpochOperator(LinearOperator):
         targets = [float(y) for _, ys in val_iterator for y in ys.flatten()]
         return {"first": targets[0], "last": targets[-1], "count": len(targets),
                 "num_samples": len(targets), "info_num_steps": info["__num_steps__"] or 0}
+
+
+class InterruptedOperator(RaisingOperator):
+    """Raises KeyboardInterrupt (as a Ctrl-C in the driver would) instead of KeyError."""
+
+    def train_batch(self, batch, batch_info):
+        try:
+            return super().train_batch(batch, batch_info)
+        except KeyError:
+            raise KeyboardInterrupt from None

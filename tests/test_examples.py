@@ -1,5 +1,8 @@
-"""Every example script in smoke mode, the README's main job, and a legacy script with
-only its imports swapped."""
+"""Every example script in smoke mode, the README's main job, a legacy script with only its
+imports swapped, and the legacy example functions called by their legacy names from
+``raysgd.torch.examples.*`` on one shared in-process Ray."""
+import glob
+import json
 import os
 import re
 import subprocess
@@ -91,11 +94,15 @@ def test_train_example_smoke_fits_the_line():
     assert 1.0 < weight < 3.0  # y = 2x + 5, two epochs in
 
 
-def test_cifar_example_smoke_says_its_data_is_synthetic():
+def test_cifar_example_smoke_names_its_data():
+    from raysgd.torch.examples.cifar_pytorch_example import real_cifar_available
+
     out = run(["examples/cifar_pytorch_example.py", "--smoke-test"])
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "data: SYNTHETIC CIFAR-shaped images" in out.stdout
-    assert re.search(r"\[synthetic\] epoch 1: train_loss [\d.]+, val_loss [\d.]+, "
+    data = "cifar10" if real_cifar_available("~/data") else "synthetic"
+    assert ("data: CIFAR-10 from" if data == "cifar10" else
+            "data: SYNTHETIC CIFAR-shaped images") in out.stdout
+    assert re.search(rf"\[{data}\] epoch 1: train_loss [\d.]+, val_loss [\d.]+, "
                      r"val_accuracy [\d.]+, val_top5_accuracy [\d.]+", out.stdout), out.stdout
 
 
@@ -112,3 +119,102 @@ def test_benchmark_example_smoke_prints_the_ratio(tmp_path):
     out = run(["examples/benchmark.py", "--smoke-test", "--out", str(tmp_path / "b.json")])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "raysgd(1 worker)/plain" in out.stdout and (tmp_path / "b.json").exists()
+
+
+# ------------------------------------------------ legacy functions, by their legacy names
+def test_legacy_train_example(ray_cpus, capsys):
+    from raysgd.torch.examples.train_example import model_creator, train_example
+
+    assert model_creator({}).out_features == 1
+    assert model_creator({"hidden_size": 3}).out_features == 3
+    model = train_example(1, False)  # legacy positional (num_workers, use_gpu)
+    out = capsys.readouterr().out
+    assert "'epoch': 5" in out and "val_loss" in out and "trained weight" in out
+    assert 1.0 < model.weight.item() < 3.0  # y = 2x + 5
+
+
+def _last_results(storage):
+    rows = [json.loads(open(path).read().strip().splitlines()[-1])
+            for path in glob.glob(os.path.join(storage, "**", "result.json"), recursive=True)]
+    assert rows, f"no result.json under {storage}"
+    return rows
+
+
+def test_legacy_tune_example_picks_the_faster_lr(ray_cpus, tmp_path):
+    from raysgd.torch.examples.tune_example import get_custom_training_operator, tune_example
+
+    best = tune_example(get_custom_training_operator(), num_workers=1, use_gpu=False,
+                        num_samples=1, storage_path=str(tmp_path), verbose=0)
+    assert best == {"lr": 1e-3}  # from the legacy grid [1e-4, 1e-3]; 2 epochs favour the larger
+    rows = _last_results(str(tmp_path))
+    assert sorted(r["config"]["lr"] for r in rows) == [1e-4, 1e-3]
+    assert all(r["training_iteration"] == 2 and "val_loss" in r for r in rows)
+
+
+def test_legacy_tune_example_manual_steps_the_plateau_scheduler(ray_cpus, tmp_path):
+    from raysgd.torch.examples.tune_example import (get_custom_training_operator,
+                                                    tune_example_manual)
+
+    operator = get_custom_training_operator(lr_reduce_on_plateau=True)
+    best = tune_example_manual(operator, num_workers=1, num_samples=1,
+                               storage_path=str(tmp_path), verbose=0)
+    assert best["lr"] in (1e-4, 1e-3)
+    for row in _last_results(str(tmp_path)):  # the custom step ran: profiled train + validate
+        assert row["training_iteration"] == 2 and "val_loss" in row and "train_loss" in row
+        assert {"train_epoch_s", "validation_s"} <= set(row["profile"])
+
+
+@pytest.fixture
+def as_ray_client(monkeypatch):
+    """The examples' Ray Client path (set-up as Ray tasks, models fetched to the CPU) on the
+    shared in-process Ray: only the question "is this driver a Ray Client?" is faked."""
+    from raysgd.torch.examples import _cluster
+
+    monkeypatch.setattr(_cluster, "client_connected", lambda: True)
+
+
+def test_client_drivers_run_set_up_on_the_cluster(ray_cpus, as_ray_client):
+    from raysgd.torch.examples._cluster import on_cluster
+
+    def pid():
+        return os.getpid()
+
+    assert on_cluster(pid) != os.getpid()
+
+
+def test_a_missing_optional_dependency_says_what_to_install(monkeypatch):
+    from raysgd.torch.examples.digits import digits_datasets
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError, match="pip install scikit-learn"):
+        digits_datasets()
+
+
+def test_legacy_dcgan_train_example_returns_the_running_trainer(ray_cpus, as_ray_client, capsys):
+    from raysgd.torch.examples.dcgan import Discriminator, Generator, train_example
+
+    # As a Ray Client driver: the judge is trained in a Ray task, the generator fetched to CPU.
+    trainer = train_example(num_workers=1, use_gpu=False, test_mode=True, num_epochs=2)
+    try:
+        discriminator, generator = trainer.get_model()
+    finally:
+        trainer.shutdown()
+    assert isinstance(discriminator, Discriminator) and isinstance(generator, Generator)
+    import torch
+
+    with torch.no_grad():
+        images = generator.eval()(torch.randn(3, 100))
+    assert images.shape == (3, 1, 32, 32) and images.abs().max() <= 1
+    epochs = re.findall(r"epoch (\d+): loss_d [\d.]+, loss_g [\d.]+, .*digit score [\d.]+",
+                        capsys.readouterr().out)
+    assert epochs == ["1", "2"]
+
+
+def test_legacy_train_cifar_returns_validation_metrics(ray_cpus, capsys):
+    from raysgd.torch.examples.cifar_pytorch_example import real_cifar_available, train_cifar
+
+    stats = train_cifar(test_mode=True, num_workers=1, use_gpu=False, num_epochs=1, fp16=False)
+    data = "cifar10" if real_cifar_available("~/data") else "synthetic"
+    assert stats["data"] == data and stats["num_samples"] == 32
+    assert 0 <= stats["val_accuracy"] <= stats["val_top5_accuracy"] <= 1 and stats["val_loss"] > 0
+    assert f"[{data}] epoch 1: train_loss" in capsys.readouterr().out

@@ -134,3 +134,20 @@ def test_placement_that_cannot_be_met_is_a_timeout_error(trainer_factory):
     with pytest.raises(TimeoutError, match="STRICT_SPREAD.*needs 2 nodes"):
         TorchTrainer(training_operator_cls=LinearOperator, num_workers=2, use_gpu=False,
                      placement_strategy="STRICT_SPREAD")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_driver_rolls_back_and_keeps_the_trainer(trainer_factory):
+    """With use_local, rank 0 trains in the driver's thread, where a Ctrl-C lands."""
+    from operators_for_tests import InterruptedOperator
+
+    trainer = trainer_factory(InterruptedOperator, num_workers=1, use_local=True,
+                              config={BATCH_SIZE: 64, "seed": 5}, checkpoint_every_n_steps=None)
+    trainer.train()
+    before = weights(trainer)
+    trainer.get_local_operator().fail_step, trainer.get_local_operator().fail_ranks = 20, (0,)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert_same(weights(trainer), before)
+    assert trainer.get_local_operator().fail_step is None  # a fresh operator, restored
+    assert trainer.train()["epoch"] == 2 and trainer.recovery_stats.user_errors == 1

@@ -173,3 +173,13 @@ def test_placement_errors_are_timeout_errors():
 
     assert issubclass(ResourcesUnavailableError, TimeoutError)
     assert issubclass(ResourcesUnavailableError, RuntimeError)
+
+
+@pytest.mark.parametrize("name, fix", [("num_replicas", "num_workers=N"),
+                                       ("batch_size", "BATCH_SIZE"),
+                                       ("data_loader_args", "DataLoader")])
+def test_arguments_removed_before_1_12_name_the_fix(name, fix):
+    from raysgd import TorchTrainer
+
+    with pytest.raises(ConfigError, match=f"{name}=.*removed before Ray 1.12.*{fix}"):
+        TorchTrainer(training_operator_cls=LinearOperator, **{name: 4})

@@ -27,7 +27,7 @@ class LinearDataset(Dataset):
 
 
 def model_creator(config):
-    return nn.Linear(1, 1)
+    return nn.Linear(1, config.get("hidden_size", 1))
 
 
 def optimizer_creator(model, config):
@@ -49,20 +49,23 @@ def data_creator(config):
 
 def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5,
                   use_tqdm: bool = False):
+    """Train for ``epochs`` epochs, print the metrics and the learned line; returns the model."""
     from raysgd import TorchTrainer
     from raysgd.torch import TrainingOperator
+    from raysgd.torch.examples._cluster import client_connected
 
     operator = TrainingOperator.from_creators(
         model_creator=model_creator, optimizer_creator=optimizer_creator,
         data_creator=data_creator, scheduler_creator=scheduler_creator, loss_creator=nn.MSELoss)
     trainer = TorchTrainer(training_operator_cls=operator, num_workers=num_workers,
                            use_gpu=use_gpu, scheduler_step_freq="epoch", use_tqdm=use_tqdm,
-                           config={"lr": 1e-2, BATCH_SIZE: 32})
+                           config={"lr": 1e-2, "hidden_size": 1, BATCH_SIZE: 32})
     for _ in range(epochs):
         stats = trainer.train()
         print(stats)
     print(trainer.validate())
-    model = trainer.get_model()
+    # A Ray Client driver may have no GPU: bring the model back on the CPU there.
+    model = trainer.get_model(to_cpu=client_connected())
     print("trained weight:", model.weight.item(), "bias:", model.bias.item())
     trainer.shutdown()
     return model
@@ -70,18 +73,16 @@ def train_example(num_workers: int = 1, use_gpu: bool = False, epochs: int = 5,
 
 def main(argv=None) -> None:
     """``python examples/train_example.py [--smoke-test] [--num-workers N] [--use-gpu]
-    [--address auto] [--epochs E] [--tqdm]``"""
+    [--address auto | --server-address HOST:PORT] [--epochs E] [--tqdm]``"""
+    from raysgd.torch.examples._cluster import add_cluster_flags, init_ray
+
     parser = argparse.ArgumentParser(description="Fit y = 2x + 5 with a linear model.")
     parser.add_argument("--smoke-test", action="store_true", help="1 worker, 2 epochs")
-    parser.add_argument("--num-workers", type=int, default=2)
-    parser.add_argument("--use-gpu", action="store_true")
-    parser.add_argument("--address", default=None, help="Ray address, e.g. 'auto'")
+    add_cluster_flags(parser, num_workers=2)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--tqdm", action="store_true", help="a progress bar per call")
     args = parser.parse_args(argv)
-    import ray
-
-    ray.init(address=args.address, num_cpus=None if args.address else max(args.num_workers, 2))
+    init_ray(args, num_cpus=max(args.num_workers, 2))
     workers, epochs = (1, 2) if args.smoke_test else (args.num_workers, args.epochs)
     train_example(num_workers=workers, use_gpu=args.use_gpu, epochs=epochs,
                   use_tqdm="always" if args.tqdm else False)
