@@ -101,6 +101,21 @@ def reserve(bundle: Dict[str, float], count: int, timeout_s: float,
     return group
 
 
+def release(group: PlacementGroup, freed: Dict[str, float], available_before: Dict[str, float],
+            wait_s: float = 0.0) -> None:
+    """Remove ``group``; with ``wait_s``, wait until the cluster shows ``freed`` resources back
+    (``available_before`` was read before the group's actors were stopped), so a trainer built
+    right after a shutdown finds them, as legacy RaySGD's shutdown did."""
+    remove_placement_group(group)
+    want = {key: available_before.get(key, 0.0) + amount for key, amount in freed.items()}
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        have = ray.available_resources()
+        if all(have.get(key, 0.0) >= amount - 1e-9 for key, amount in want.items()):
+            return
+        time.sleep(0.05)
+
+
 def placeable_workers(bundle: Dict[str, float], settle_s: float = 2.0, want: int = 0) -> int:
     """How many more workers of ``bundle`` fit now.
 

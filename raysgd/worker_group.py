@@ -15,7 +15,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysgd import placement
@@ -366,7 +365,10 @@ class WorkerGroup:
 
     # --------------------------------------------------------------- shutdown
     def shutdown(self, force: bool = False) -> None:
-        """Stop every worker; with ``force`` kill them without a clean teardown."""
+        """Stop every worker; with ``force`` kill them without a clean teardown (and without
+        waiting for Ray to show their resources free again: recovery must not wait for a
+        lost node's resources)."""
+        available = ray.available_resources() if self._pg is not None and not force else {}
         if not force and self.actors:
             try:
                 ray.get([a.execute.remote("shutdown") for a in self.actors], timeout=10)
@@ -382,6 +384,7 @@ class WorkerGroup:
             self._threads.shutdown(wait=False, cancel_futures=True)
             self._threads = None
         if self._pg is not None:
-            remove_placement_group(self._pg)
+            freed = {key: amount * self.num_remote for key, amount in self._bundle().items()}
+            placement.release(self._pg, freed, available, wait_s=0.0 if force else 5.0)
             self._pg = None
 

@@ -151,3 +151,28 @@ def test_ctrl_c_in_the_driver_rolls_back_and_keeps_the_trainer(trainer_factory):
     assert_same(weights(trainer), before)
     assert trainer.get_local_operator().fail_step is None  # a fresh operator, restored
     assert trainer.train()["epoch"] == 2 and trainer.recovery_stats.user_errors == 1
+
+
+@pytest.mark.slow
+def test_placement_strategies_on_three_nodes():
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_placement.py")
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=200)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
+    seen = json.loads(lines[-1][len("RESULT "):])
+    assert seen["PACK"]["nodes"] == 1  # the default keeps DDP on one node when it fits
+    assert seen["SPREAD"]["nodes"] == 2 and seen["STRICT_SPREAD"]["nodes"] == 2
+    # shutdown() returns once the cluster shows the workers' CPUs free again
+    assert all(s["cpus_after_shutdown"] == 6 for s in seen.values()), seen
+
+
+def test_shutdown_returns_with_the_cpus_free(trainer_factory):
+    import ray
+
+    trainer = trainer_factory(num_workers=3)
+    trainer.shutdown()
+    assert ray.available_resources().get("CPU") == 4
