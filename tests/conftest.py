@@ -34,3 +34,23 @@ def ray_cpus(ray_session):
         time.sleep(0.1)
     assert ray_session.available_resources().get("CPU", 0) == 4, (
         f"test leaked workers or placement groups: {ray_session.available_resources()}")
+
+
+@pytest.fixture
+def trainer_factory(ray_cpus):
+    """Builds TorchTrainers (2 CPU workers, LinearOperator by default); shuts them all down after."""
+    from operators_for_tests import LinearOperator
+    from raysgd import TorchTrainer
+
+    made = []
+
+    def factory(operator=LinearOperator, **kwargs):
+        kwargs.setdefault("num_workers", 2)
+        kwargs.setdefault("use_gpu", False)
+        trainer = TorchTrainer(training_operator_cls=operator, **kwargs)
+        made.append(trainer)
+        return trainer
+
+    yield factory
+    for trainer in made:
+        trainer.shutdown()

@@ -19,22 +19,6 @@ from raysgd.utils import BATCH_SIZE
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def trainer_factory(ray_cpus):
-    made = []
-
-    def factory(operator=LinearOperator, **kwargs):
-        kwargs.setdefault("num_workers", 2)
-        kwargs.setdefault("use_gpu", False)
-        trainer = TorchTrainer(training_operator_cls=operator, **kwargs)
-        made.append(trainer)
-        return trainer
-
-    yield factory
-    for trainer in made:
-        trainer.shutdown()
-
-
 def params_per_worker(trainer):
     return trainer.apply_all_operators(
         lambda op: [p.detach().clone() for p in op._original_models[0].parameters()])

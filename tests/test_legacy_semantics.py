@@ -14,22 +14,6 @@ from raysgd.utils import BATCH_SIZE
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def trainer_factory(ray_cpus):
-    made = []
-
-    def factory(operator=LinearOperator, **kwargs):
-        kwargs.setdefault("num_workers", 2)
-        kwargs.setdefault("use_gpu", False)
-        trainer = TorchTrainer(training_operator_cls=operator, **kwargs)
-        made.append(trainer)
-        return trainer
-
-    yield factory
-    for trainer in made:
-        trainer.shutdown()
-
-
 def weights(trainer_or_state):
     state = trainer_or_state if isinstance(trainer_or_state, dict) else trainer_or_state.state_dict()
     return {k: v.clone() for k, v in state["models"][0].items()}
