@@ -9,7 +9,8 @@ import logging
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from raysgd import checkpoint, placement
+from raysgd import checkpoint as checkpoint_io
+from raysgd import placement
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
                            check_commit_every, check_max_retries, check_num_steps,
                            check_num_workers, check_placement_strategy, check_removed_arguments,
@@ -249,18 +250,22 @@ class TorchTrainer:
         self._call("load_state_dict", self._group().put(state), abort_on_failure=False,
                    mutates=True)
 
-    def save(self, checkpoint_path: str) -> str:
-        """Write the state to ``checkpoint_path`` atomically; returns the path."""
-        path = checkpoint.save(checkpoint_path, self.state_dict())
+    def save(self, checkpoint: str) -> str:
+        """Write the state to the file ``checkpoint`` atomically; returns its path."""
+        path = checkpoint_io.save(checkpoint, self.state_dict())
         logger.info("raysgd: checkpoint written to %s", path)
         return path
 
-    def load(self, checkpoint_path: str) -> None:
+    def load(self, checkpoint: str) -> None:
         """Load a file written by :meth:`save` (tensors and plain containers only)."""
         self._group()
-        self.load_state_dict(checkpoint.load(checkpoint_path))
-        logger.info("raysgd: checkpoint %s loaded into %d worker(s)", checkpoint_path,
+        self.load_state_dict(checkpoint_io.load(checkpoint))
+        logger.info("raysgd: checkpoint %s loaded into %d worker(s)", checkpoint,
                     self._supervisor.group.num_workers)
+
+    def restore(self, *args) -> None:
+        """Removed before Ray 1.12, which raised this too; use :meth:`load`."""
+        raise DeprecationWarning("TorchTrainer.restore() was removed; use TorchTrainer.load(path).")
 
     def shutdown(self, force: bool = False) -> None:
         """Stop the workers; every later call raises :class:`TrainerShutdownError`."""

@@ -90,6 +90,11 @@ class BaseTorchTrainable(tune.Trainable):
 
     # ------------------------------------------------------------ trial
     def setup(self, config: Dict[str, Any]) -> None:
+        self._trial_config = config
+        self._trainer = self._create_trainer(config)
+
+    def _create_trainer(self, config: Dict[str, Any]) -> TorchTrainer:
+        """The trial's trainer (Ray 1.12's hook: a direct subclass may override it)."""
         kwargs = dict(self._trainer_kwargs)
         kwargs.update(self._settings(config))
         # A copy per trial: legacy merged into a dict that every trial shared.
@@ -98,9 +103,13 @@ class BaseTorchTrainable(tune.Trainable):
         reservation = None
         if group is not None:
             reservation = Reservation(group, 1, len(group.bundle_specs) - 1)
-        self._trial_config = config
-        self.trainer = self._trainer_cls(*self._trainer_args, config=trainer_config,
-                                         _reservation=reservation, **kwargs)
+        return self._trainer_cls(*self._trainer_args, config=trainer_config,
+                                 _reservation=reservation, **kwargs)
+
+    @property
+    def trainer(self) -> TorchTrainer:
+        """The trial's :class:`TorchTrainer`."""
+        return self._trainer
 
     def step(self) -> Dict[str, Any]:
         if self._override is not None:

@@ -183,3 +183,27 @@ def test_arguments_removed_before_1_12_name_the_fix(name, fix):
 
     with pytest.raises(ConfigError, match=f"{name}=.*removed before Ray 1.12.*{fix}"):
         TorchTrainer(training_operator_cls=LinearOperator, **{name: 4})
+
+
+def test_base_torch_trainable_subclass_builds_its_trainer_with_the_legacy_hook():
+    from raysgd.torch import BaseTorchTrainable
+
+    class MyTrainable(BaseTorchTrainable):
+        def _create_trainer(self, config):
+            return ("trainer for", config["lr"])
+
+    trainable = object.__new__(MyTrainable)  # Tune's own __init__ needs a cluster
+    trainable.setup({"lr": 0.5})
+    assert trainable.trainer == ("trainer for", 0.5)
+
+
+def test_removed_restore_and_legacy_save_keyword(tmp_path):
+    from test_trainer_driver import FakeWorkerGroup
+    from raysgd import TorchTrainer
+
+    trainer = TorchTrainer(training_operator_cls=LinearOperator, _worker_group_cls=FakeWorkerGroup)
+    with pytest.raises(DeprecationWarning, match="load"):
+        trainer.restore(str(tmp_path / "x"))
+    FakeWorkerGroup.instances[-1].responses["state_dict"] = [{"models": [{}]}]
+    path = trainer.save(checkpoint=str(tmp_path / "legacy.pt"))  # Ray 1.12's keyword
+    trainer.load(checkpoint=path)
