@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -66,10 +66,11 @@ def check_can_ever_place(bundle: Dict[str, float], count: int, strategy: str = "
         raise ResourcesUnavailableError(
             f"placement_strategy='STRICT_PACK' needs one node for all {count} worker(s) of "
             f"{bundle}; the nodes have {[_shown(n) for n in nodes]}. Use 'PACK' or fewer workers.")
-    if strategy == "STRICT_SPREAD" and sum(_fits(n, bundle) for n in nodes) < count:
+    holding_one = sum(_fits(n, bundle) for n in nodes)
+    if strategy == "STRICT_SPREAD" and holding_one < count:
         raise ResourcesUnavailableError(
             f"placement_strategy='STRICT_SPREAD' needs {count} nodes that each hold a worker of "
-            f"{bundle}; only {sum(_fits(n, bundle) for n in nodes)} do. Use 'SPREAD' or add nodes.")
+            f"{bundle}; only {holding_one} do. Use 'SPREAD' or add nodes.")
 
 
 @dataclass(frozen=True)
@@ -101,17 +102,16 @@ def reserve(bundle: Dict[str, float], count: int, timeout_s: float,
     return group
 
 
-def release(group: PlacementGroup, freed: Dict[str, float], available_before: Dict[str, float],
-            wait_s: float = 0.0) -> None:
-    """Remove ``group``; with ``wait_s``, wait until the cluster shows ``freed`` resources back
-    (``available_before`` was read before the group's actors were stopped), so a trainer built
-    right after a shutdown finds them, as legacy RaySGD's shutdown did."""
+def release(group: PlacementGroup, expect_available: Optional[Dict[str, float]] = None,
+            wait_s: float = 5.0) -> None:
+    """Remove ``group``. Given ``expect_available`` (what the cluster will show free once the
+    group's resources are back), wait up to ``wait_s`` for it, so a trainer built right after
+    a shutdown finds them, as legacy RaySGD's shutdown did."""
     remove_placement_group(group)
-    want = {key: available_before.get(key, 0.0) + amount for key, amount in freed.items()}
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while expect_available and time.monotonic() < deadline:
         have = ray.available_resources()
-        if all(have.get(key, 0.0) >= amount - 1e-9 for key, amount in want.items()):
+        if all(have.get(key, 0.0) >= amount - 1e-9 for key, amount in expect_available.items()):
             return
         time.sleep(0.05)
 

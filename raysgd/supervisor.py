@@ -162,17 +162,20 @@ class Supervisor:
                        "restarting the workers: a rank was still inside the call" if stuck
                        else "in place")
         try:
-            if not stuck:
-                try:
-                    self.group.restore(self.commit)
-                    return
-                except WorkerFailedError as exc:
-                    logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)
-            self._restart_at_commit()
+            if stuck or not self._restored_in_place():
+                self._restart_at_commit()
         except BaseException as exc:  # noqa: BLE001 - the user's error is the one to raise
             logger.error("raysgd: could not roll back after %s (%r); the workers are stopped",
                          type(error).__name__, exc)
             self.shutdown(force=True)
+
+    def _restored_in_place(self) -> bool:
+        try:
+            self.group.restore(self.commit)
+            return True
+        except WorkerFailedError as exc:
+            logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)
+            return False
 
     def _restart_at_commit(self) -> None:
         count = self.group.num_workers

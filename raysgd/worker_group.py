@@ -288,7 +288,8 @@ class WorkerGroup:
                 watch.tick()
         if failures and abort_on_failure:
             # Survivors may be stuck in a collective: take what arrives within
-            # the grace period; the caller tears the group down.
+            # the grace period; ranks still inside the call are left_running, and
+            # the caller replaces the group (a restart) instead of reusing it.
             self._collect_stragglers(pending, local_future, results, failures)
             self.left_running = bool(pending) or (local_future is not None
                                                   and not local_future.done())
@@ -368,7 +369,8 @@ class WorkerGroup:
         """Stop every worker; with ``force`` kill them without a clean teardown (and without
         waiting for Ray to show their resources free again: recovery must not wait for a
         lost node's resources)."""
-        available = ray.available_resources() if self._pg is not None and not force else {}
+        wait_for_release = self._pg is not None and not force
+        available = ray.available_resources() if wait_for_release else {}
         if not force and self.actors:
             try:
                 ray.get([a.execute.remote("shutdown") for a in self.actors], timeout=10)
@@ -385,6 +387,7 @@ class WorkerGroup:
             self._threads = None
         if self._pg is not None:
             freed = {key: amount * self.num_remote for key, amount in self._bundle().items()}
-            placement.release(self._pg, freed, available, wait_s=0.0 if force else 5.0)
+            placement.release(self._pg, {k: available.get(k, 0.0) + v for k, v in freed.items()}
+                              if wait_for_release else None)
             self._pg = None
 
