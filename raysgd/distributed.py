@@ -44,6 +44,11 @@ def init_process_group(backend: str, rank: RankInfo, host: str, port: int,
                             world_size=rank.world_size, timeout=timedelta(seconds=timeout_s))
 
 
+def init_single_process_group(backend: str) -> None:
+    """A world of one, for code that calls collectives or wraps DDP unconditionally."""
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
 def destroy_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -86,6 +86,14 @@ def test_pbt_example_smoke_finishes():
     assert re.search(r"best trial: lr=[\d.e+-]+, val_loss=[\d.]+", out.stdout), out.stdout[-2000:]
 
 
+def test_func_trainable_smoke_picks_a_learning_rate():
+    out = run(["examples/func_trainable.py", "--smoke-test"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    match = re.search(r"best lr ([\d.]+): validation accuracy ([\d.]+) after 2 epochs", out.stdout)
+    assert match, out.stdout[-2000:]
+    assert float(match.group(2)) > 0.5  # 2 epochs of a CNN on digits, well above chance (0.1)
+
+
 def test_train_example_smoke_fits_the_line():
     out = run(["examples/train_example.py", "--smoke-test"])
     assert out.returncode == 0, out.stderr[-3000:]

@@ -5,7 +5,10 @@ from raysgd.torch import torch_trainer as _torch_trainer
 from raysgd.trainer import TorchTrainer
 
 __all__ = ["TorchTrainer", "TrainingOperator", "BaseTorchTrainable", "CreatorOperator",
-           "TorchTrainable"]
+           "TorchTrainable", "DistributedTrainableCreator", "distributed_checkpoint_dir",
+           "is_distributed_trainable"]
+_FUNCTION_TRAINABLE = ("DistributedTrainableCreator", "distributed_checkpoint_dir",
+                       "is_distributed_trainable")
 
 
 def __getattr__(name):
@@ -13,4 +16,8 @@ def __getattr__(name):
     # scripts; both import Ray Tune only when asked for (see torch_trainer).
     if name in ("BaseTorchTrainable", "TorchTrainable"):
         return _torch_trainer.BaseTorchTrainable
+    if name in _FUNCTION_TRAINABLE:  # as Ray 1.0 exported them; they import Ray Tune too
+        from raysgd.torch import func_trainable
+
+        return getattr(func_trainable, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
