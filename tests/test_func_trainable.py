@@ -28,7 +28,7 @@ def ranked_epochs(config, checkpoint_dir=None):
                 handle.write(str(epoch))
         tune.report({"epoch": epoch, "rank": dist.get_rank(), "world": int(total.item()),
                      "distributed": is_distributed_trainable(), "resumed_from": start,
-                     "pid": os.getpid()})
+                     "worker_pid": os.getpid()})
 
 
 def train_api(config):
@@ -96,6 +96,21 @@ def test_save_then_restore_into_a_new_trainable(ray_cpus):
         assert (result["epoch"], result["resumed_from"]) == (2, 2)
     finally:
         second.stop()
+
+
+def test_restore_into_a_running_trainable_restarts_from_the_checkpoint(ray_cpus):
+    trainable = make(ranked_epochs)(config={"epochs": 6})
+    try:
+        trainable.train()
+        saved = trainable.save()  # after epoch 0
+        trainable.train()
+        old_pid = trainable.train()["worker_pid"]  # epoch 2
+        trainable.restore(saved)  # what PBT's exploit does to a running trial
+        result = trainable.train()
+        assert (result["epoch"], result["resumed_from"]) == (1, 1)
+        assert result["worker_pid"] != old_pid  # fresh workers: a running function cannot be rewound
+    finally:
+        trainable.stop()
 
 
 def test_ray_train_report_get_checkpoint_and_context(ray_cpus, tmp_path):
@@ -184,7 +199,7 @@ def test_killed_worker_restarts_the_function_from_the_last_checkpoint(ray_cpus):
         result = trainable.train()
         # Fresh workers ran the function again from the checkpoint of epoch 1.
         assert (result["epoch"], result["resumed_from"]) == (2, 2)
-        assert result["pid"] != pids[0]
+        assert result["worker_pid"] != pids[0]
         assert trainable._trainer.recovery_stats.failures == 1
     finally:
         trainable.stop()

@@ -4,7 +4,8 @@
 #   tools/legacy_tests.sh PATH/TO/ray-1.12/python/ray/util/sgd/tests [pytest arguments]
 #
 # The test files are not part of this repository: point the script at a Ray 1.12
-# checkout. It copies test_torch*.py, test_placement_groups.py and test_client.py into a
+# checkout. It copies test_torch*.py, test_placement_groups.py, test_client.py, test_ptl.py
+# and ../../../tune/tests/test_torch_trainable.py into a
 # temporary directory, replaces "ray.util.sgd" with "raysgd" and nothing else, and runs
 # pytest there with the project's virtual environment (`make install` first).
 # docs/legacy.md lists which of those tests cannot pass and why.
@@ -15,10 +16,19 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for name in test_torch.py test_torch_2.py test_torch_3.py test_placement_groups.py test_client.py; do
+for name in test_torch.py test_torch_2.py test_torch_3.py test_placement_groups.py test_client.py \
+    test_ptl.py; do
   if [ -f "$src/$name" ]; then
     sed 's/ray\.util\.sgd/raysgd/g' "$src/$name" > "$work/$name"
   fi
 done
+# Ray 1.0 moved ray.util.sgd.torch.func_trainable (and its tests) under Tune, as
+# ray.tune.integration.torch: that one import line is pointed back at the raysgd module
+# (raysgd.torch.func_trainable); nothing else changes.
+tune_tests=$src/../../../tune/tests
+if [ -f "$tune_tests/test_torch_trainable.py" ]; then
+  sed 's/ray\.util\.sgd/raysgd/g; s/ray\.tune\.integration\.torch/raysgd.torch.func_trainable/' \
+    "$tune_tests/test_torch_trainable.py" > "$work/test_torch_trainable.py"
+fi
 cd "$work"
 "$python" -m pytest -q -rfE --continue-on-collection-errors -p no:cacheprovider "$@" test_*.py

@@ -16,7 +16,7 @@ def __getattr__(name):
     # scripts; both import Ray Tune only when asked for (see torch_trainer).
     if name in ("BaseTorchTrainable", "TorchTrainable"):
         return _torch_trainer.BaseTorchTrainable
-    if name in _FUNCTION_TRAINABLE:  # as Ray 1.0 exported them; they import Ray Tune too
+    if name in _FUNCTION_TRAINABLE:  # as Ray 0.8 exported them; they import Ray Tune too
         from raysgd.torch import func_trainable
 
         return getattr(func_trainable, name)

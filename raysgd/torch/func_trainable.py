@@ -1,4 +1,4 @@
-"""Legacy ``ray.util.sgd.torch.func_trainable`` (Ray 1.1+: ``ray.tune.integration.torch``):
+"""Legacy ``ray.util.sgd.torch.func_trainable`` (Ray 1.0-1.12: ``ray.tune.integration.torch``):
 function trainables on N DDP workers. The implementation is :mod:`raysgd.func_trainable`
 (driver) and :mod:`raysgd.func_session` (workers); ``_train_simple`` and
 ``_train_check_global`` are the helpers Ray's own tests imported from here."""
