@@ -18,6 +18,9 @@ setup(
     extras_require={
         "tune": ["ray[tune]>=2.9"],
         "demo": ["scikit-learn"],
-        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9"],
+        # Lightning 2.x for TrainingOperator.from_ptl; raysgd imports it only when asked.
+        "lightning": ["pytorch_lightning>=2.0,<3"],
+        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9",
+                 "pytorch_lightning>=2.0,<3"],
     },
 )

@@ -59,9 +59,8 @@ class TrainingOperator:
                 for batch in val_iterator: operator.validate_batch(batch, batch_info)
 
     Override any level. Custom loops call ``self.autocast()``, ``self.backward(loss)``,
-    ``self.clip_grad_norm_(model, max_norm)``, ``self.step(optimizer)`` and
-    ``self.micro_batches(batch)`` so mixed precision, clipping and gradient
-    accumulation keep working.
+    ``self.clip_grad_norm_(model, max_norm)``, ``self.step(optimizer)`` and ``self.micro_batches
+    (batch)`` so mixed precision, clipping and gradient accumulation keep working.
     """
 
     def __init__(self, config: Dict[str, Any], context: OperatorContext):
@@ -92,12 +91,11 @@ class TrainingOperator:
                     num_steps: Optional[int] = None, epoch_idx: int = 0) -> dict:
         """Train over ``iterator``; returns averaged metrics of ``train_batch``.
 
-        ``info`` holds the call's ``NUM_STEPS``, ``SCHEDULER_STEP``, ``USE_FP16``
-        and ``epoch_idx`` plus what was passed to ``trainer.train(info=...)``.
-        An override may take Ray 1.12's keywords ``num_steps`` and
-        ``epoch_idx`` (the same values); ``train_epoch(self, iterator, info)``
-        works too. Each ``batch_info`` is ``info`` plus ``batch_idx`` (in the
-        pass), ``global_step`` and ``epoch_idx`` (the batch's 0-based pass).
+        ``info`` holds the call's ``NUM_STEPS``, ``SCHEDULER_STEP``, ``USE_FP16`` and
+        ``epoch_idx`` plus ``trainer.train(info=...)``. An override may take Ray 1.12's
+        keywords ``num_steps`` and ``epoch_idx`` or just ``(iterator, info)``. Each
+        ``batch_info`` is ``info`` plus ``batch_idx`` (in the pass), ``global_step`` and
+        ``epoch_idx`` (the batch's 0-based pass).
         """
         for model in self._models:
             model.train()
@@ -392,3 +390,11 @@ class TrainingOperator:
 
         return make_creator_operator(model_creator, optimizer_creator, data_creator,
                                      loss_creator, scheduler_creator, serialize_data_creation)
+
+    @classmethod
+    def from_ptl(cls, lightning_module_cls, train_dataloader=None, val_dataloader=None, datamodule=None):
+        """An operator class training a Lightning 2.x ``LightningModule`` (raysgd.lightning)."""
+        from raysgd.lightning import make_lightning_operator
+
+        return make_lightning_operator(lightning_module_cls, train_dataloader, val_dataloader,
+                                       datamodule)

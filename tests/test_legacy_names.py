@@ -13,7 +13,12 @@ PROVIDED = {
     "raysgd.utils": ["BATCH_COUNT", "NUM_SAMPLES", "BATCH_SIZE", "TimerStat", "TimerCollection",
                      "AverageMeter", "AverageMeterCollection", "check_for_failure", "override"],
     "raysgd.torch": ["TorchTrainer", "BaseTorchTrainable", "TrainingOperator", "CreatorOperator",
-                     "TorchTrainable"],
+                     "TorchTrainable", "DistributedTrainableCreator", "distributed_checkpoint_dir",
+                     "is_distributed_trainable"],
+    "raysgd.torch.lightning_operator": ["LightningOperator"],
+    "raysgd.torch.func_trainable": ["DistributedTrainableCreator", "distributed_checkpoint_dir",
+                                    "distributed_checkpoint", "is_distributed_trainable",
+                                    "_train_simple", "_train_check_global"],
     "raysgd.torch.constants": ["USE_FP16", "NUM_STEPS", "SCHEDULER_STEP", "SCHEDULER_STEP_BATCH",
                                "SCHEDULER_STEP_EPOCH", "SCHEDULER_STEP_MANUAL", "NCCL_TIMEOUT_S",
                                "SGD_PLACEMENT_GROUP_TIMEOUT_S", "VALID_SCHEDULER_STEP"],
@@ -40,7 +45,6 @@ NOT_PROVIDED = {
     "raysgd.tf": "TensorFlow trainers: out of scope (use Ray Train's TensorflowTrainer)",
     "raysgd.v2": "re-exported ray.train's 1.x API, which Ray itself replaced",
     "raysgd.torch.torch_dataset": "built on ray.util.data, which Ray removed",
-    "raysgd.torch.lightning_operator": "the Lightning entry point is separate work",
     "raysgd.torch.torch_runner": "legacy internals, never public",
     "raysgd.torch.distributed_torch_runner": "legacy internals, never public",
     "raysgd.torch.utils": "legacy internals (process-group and amp set-up helpers)",
@@ -87,6 +91,22 @@ def test_one_implementation_behind_each_legacy_face():
     assert training_operator.CreatorOperator is raysgd.torch.CreatorOperator
     assert raysgd.torch.TorchTrainable is raysgd.torch.BaseTorchTrainable
     assert torch_trainer.BaseTorchTrainable is raysgd.torch.BaseTorchTrainable
+    import raysgd.func_session
+    import raysgd.func_trainable
+    from raysgd.torch import func_trainable
+
+    assert raysgd.torch.DistributedTrainableCreator is func_trainable.DistributedTrainableCreator \
+        is raysgd.func_trainable.DistributedTrainableCreator
+    assert raysgd.torch.distributed_checkpoint_dir is raysgd.func_session.distributed_checkpoint_dir
+    assert raysgd.torch.is_distributed_trainable is raysgd.func_session.is_distributed_trainable
+
+
+def test_lightning_operator_face():
+    pytest.importorskip("pytorch_lightning", reason="Lightning is not installed (raysgd[lightning])")
+    import raysgd.lightning
+    from raysgd.torch import lightning_operator
+
+    assert lightning_operator.LightningOperator is raysgd.lightning.LightningOperator
 
 
 def test_amp_is_apex_or_none():

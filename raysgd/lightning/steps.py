@@ -1,0 +1,149 @@
+"""One batch of a LightningModule: automatic or manual optimization, or validation.
+
+Each function returns ``(metrics, outputs)``: the batch's raysgd metrics
+(``train_loss``, scalar entries of the step's dict, ``num_samples``) and the
+step's output as Lightning hands it to ``on_*_batch_end``.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from raysgd.errors import ConfigError
+from raysgd.lightning.logs import to_float
+from raysgd.metrics import NUM_SAMPLES
+
+
+def transfer(module: Any, batch: Any, device: torch.device) -> Any:
+    """Lightning's three batch-transfer hooks, in its order."""
+    batch = module.on_before_batch_transfer(batch, 0)
+    batch = module.transfer_batch_to_device(batch, device, 0)
+    return module.on_after_batch_transfer(batch, 0)
+
+
+def batch_size_of(batch: Any) -> Optional[int]:
+    """The first dimension of the first tensor in ``batch`` (Lightning's inference), or None."""
+    if isinstance(batch, torch.Tensor):
+        return batch.size(0) if batch.dim() else 1
+    items = batch.values() if isinstance(batch, Mapping) else batch
+    if isinstance(items, (list, tuple)) or isinstance(batch, Mapping):
+        for item in items:
+            size = batch_size_of(item)
+            if size is not None:
+                return size
+    return None
+
+
+def split_output(output: Any, hook: str) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
+    """``(loss or None, other entries)`` of what a step returned."""
+    if output is None:
+        return None, {}
+    if isinstance(output, torch.Tensor):
+        return output, {}
+    if isinstance(output, Mapping):
+        extras = {k: v for k, v in output.items() if k != "loss"}
+        return output.get("loss"), extras
+    raise ConfigError(f"{hook} must return a loss tensor, a dict with 'loss', or None; got "
+                      f"{type(output).__name__}.")
+
+
+def scalars(entries: Mapping[str, Any]) -> Dict[str, float]:
+    """The entries that are one number (a number or a one-element tensor), as floats."""
+    out = {}
+    for key, value in entries.items():
+        one = (isinstance(value, numbers.Number) and not isinstance(value, bool)) or (
+            isinstance(value, torch.Tensor) and value.numel() == 1)
+        if one:
+            value = to_float(str(key), value)
+            # num_samples weighs the batch; keep it a count.
+            out[str(key)] = int(value) if key == NUM_SAMPLES and value.is_integer() else value
+    return out
+
+
+def _args(batch: Any, batch_idx: int, takes_idx: bool) -> tuple:
+    return (batch, batch_idx) if takes_idx else (batch,)
+
+
+def automatic_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
+    """Lightning's automatic optimization, with raysgd's precision, clipping and accumulation.
+
+    ``optimizer_step(epoch, batch_idx, optimizer, closure)`` is the module's
+    hook (an override, e.g. for warm-up, is honoured); the closure zeroes the
+    gradients, runs ``training_step`` through the DDP-wrapped dispatcher for
+    each micro-batch and does the backward passes.
+    """
+    module, optimizer = op.get_model(), op.lightning_optimizers[0]
+    ran: Dict[str, Any] = {}
+
+    def closure():
+        module.on_before_zero_grad(optimizer.optimizer)
+        module.optimizer_zero_grad(op.current_epoch, batch_idx, optimizer.optimizer)
+        total, samples, extras, output = 0.0, 0, {}, None
+        for piece, weight in op.micro_batches(batch):
+            with op.autocast():
+                output = op._models[0](*_args(piece, batch_idx, op.step_takes_idx))
+            loss, piece_extras = split_output(output, "training_step")
+            if loss is None:
+                ran.update(output=output, skipped=True)
+                return None
+            module.on_before_backward(loss)
+            op.backward(loss if weight == 1 else loss * weight)
+            module.on_after_backward()
+            # The same arithmetic as TrainingOperator.train_batch, so results match it exactly.
+            total = total + loss.detach().float() * weight
+            samples += batch_size_of(piece) or 1
+            extras = piece_extras
+        ran.update(total=total, samples=samples, extras=extras, output=output)
+        return total
+
+    module.optimizer_step(op.current_epoch, batch_idx, optimizer, closure)
+    if not ran:
+        raise ConfigError(f"{type(module).__name__}.optimizer_step did not call "
+                          "optimizer.step(closure=optimizer_closure); the closure runs "
+                          "training_step and the backward pass, so it must be called.")
+    if ran.get("skipped"):
+        return {NUM_SAMPLES: batch_size_of(batch) or 1}, None
+    metrics = {"train_loss": float(ran["total"]), NUM_SAMPLES: ran["samples"],
+               **scalars(ran["extras"])}
+    outputs = {**ran["extras"], "loss": ran["total"]}
+    return metrics, outputs
+
+
+def manual_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
+    """Manual optimization: ``training_step`` steps its optimizers itself.
+
+    It runs on the module directly, not through DDP: with several backward
+    passes per step DDP's hooks would all-reduce at the wrong time, so each
+    ``opt.step()`` averages its own gradients instead.
+    """
+    module = op.get_model()
+    with op.autocast():
+        output = module.training_step(*_args(batch, batch_idx, op.step_takes_idx))
+    loss, extras = split_output(output, "training_step")
+    metrics = scalars(extras)
+    if loss is not None:
+        metrics["train_loss"] = to_float("loss", loss)
+    metrics.setdefault(NUM_SAMPLES, batch_size_of(batch) or 1)
+    return metrics, output
+
+
+def validation_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
+    """``validation_step``: a dict's scalar entries are metrics, a bare tensor is ``val_loss``."""
+    module = op.get_model()
+    module.on_validation_batch_start(batch, batch_idx)
+    with op.autocast():
+        output = module.validation_step(*_args(batch, batch_idx, op.val_step_takes_idx))
+    module.on_validation_batch_end(output, batch, batch_idx)
+    if isinstance(output, torch.Tensor):
+        metrics = scalars({"val_loss": output})
+    elif isinstance(output, Mapping):
+        metrics = scalars(output)
+    elif output is None:
+        metrics = {}
+    else:
+        raise ConfigError(f"validation_step must return a dict, a tensor or None; got "
+                          f"{type(output).__name__}.")
+    metrics.setdefault(NUM_SAMPLES, batch_size_of(batch) or 1)
+    return metrics, output

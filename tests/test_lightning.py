@@ -1,0 +1,269 @@
+"""LightningModules on a real Ray with 2 gloo workers: automatic and manual optimization,
+logging averaged across workers, scheduler intervals, bf16, save/load, recovery after a kill,
+and the example script. The modules live here; Ray workers import this file by name."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+pl = pytest.importorskip("pytorch_lightning",
+                         reason="Lightning tests need pytorch_lightning (pip install raysgd[lightning])")
+
+from raysgd import TorchTrainer, TrainingOperator  # noqa: E402
+from raysgd.lightning.errors import TrainerAttributeError  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRUE_WEIGHTS = torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+
+
+def regression(n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, x @ TRUE_WEIGHTS + 0.1)
+
+
+class Regressor(pl.LightningModule):
+    """Automatic optimization; logs a rank-dependent value, the lr, and an epoch-end value."""
+
+    def __init__(self, config):
+        super().__init__()
+        torch.manual_seed(0)
+        self.config = config
+        self.net = nn.Linear(4, 1)
+        self.token = int(torch.randint(1 << 30, ()).item()) + os.getpid()  # differs per process
+
+    def forward(self, x):
+        return self.net(x)
+
+    def setup(self, stage):
+        self.data = regression()
+        pid_dir = self.config.get("pid_dir")
+        if pid_dir:  # lets a test kill this worker
+            with open(os.path.join(pid_dir, f"rank{self.global_rank}"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=32, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.data, batch_size=64)
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.05)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        return {"optimizer": opt,
+                "lr_scheduler": {"scheduler": sched, "interval": self.config["interval"]}}
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(self.config.get("sleep_s", 0))
+        if self.config.get("pid_dir") and self.global_rank == 0:
+            with open(os.path.join(self.config["pid_dir"], "step"), "w") as handle:
+                handle.write(str(self.global_step))
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("rank_value", float(self.global_rank))
+        self.log("lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def on_train_epoch_end(self):
+        self.log("epoch_end_value", 10.0 * self.global_rank + self.current_epoch)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_mse", F.mse_loss(self(x), y))
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["token"] = self.token
+
+    def on_load_checkpoint(self, checkpoint):
+        self.token = checkpoint["token"]
+
+
+class Gan(pl.LightningModule):
+    """Manual optimization with two optimizers, toggling, clipping and a user-stepped scheduler."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.automatic_optimization = False
+        torch.manual_seed(0)
+        self.generator = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.discriminator = nn.Sequential(nn.Linear(4, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+
+    def setup(self, stage):
+        g = torch.Generator().manual_seed(1)
+        self.real = TensorDataset(torch.randn(512, 4, generator=g) * 0.5 + 2.0)
+        self.noise = torch.Generator().manual_seed(self.global_rank)  # each rank its own z
+
+    def train_dataloader(self):
+        return DataLoader(self.real, batch_size=32, shuffle=True)
+
+    def configure_optimizers(self):
+        opt_g = torch.optim.Adam(self.generator.parameters(), lr=0.02, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=0.02, betas=(0.5, 0.999))
+        return [opt_g, opt_d], [torch.optim.lr_scheduler.StepLR(opt_g, 1, gamma=0.9)]
+
+    def training_step(self, batch, batch_idx):
+        (real,) = batch
+        opt_g, opt_d = self.optimizers()
+        valid, fake = torch.ones(real.size(0), 1), torch.zeros(real.size(0), 1)
+        generated = self.generator(torch.randn(real.size(0), 2, generator=self.noise))
+        with self.toggled_optimizer(opt_g):
+            g_loss = F.binary_cross_entropy_with_logits(self.discriminator(generated), valid)
+            opt_g.zero_grad()
+            self.manual_backward(g_loss)
+            opt_g.step()
+        with self.toggled_optimizer(opt_d):
+            d_loss = (F.binary_cross_entropy_with_logits(self.discriminator(real), valid)
+                      + F.binary_cross_entropy_with_logits(
+                          self.discriminator(generated.detach()), fake)) / 2
+            opt_d.zero_grad()
+            self.manual_backward(d_loss)
+            self.clip_gradients(opt_d, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+            opt_d.step()
+        self.log_dict({"g_loss": g_loss, "d_loss": d_loss,
+                       "distance": (generated.mean(0) - 2.0).abs().mean()})
+
+    def on_train_epoch_end(self):
+        self.lr_schedulers().step()  # manual optimization: the user steps schedulers
+
+
+class TouchesStrategy(Regressor):
+    def training_step(self, batch, batch_idx):
+        return self.trainer.strategy.reduce(torch.tensor(1.0))
+
+
+def params(module):
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def identical(first, second):
+    return all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def lrs(trainer):
+    return trainer.apply_all_operators(lambda op: op.optimizers[0].param_groups[0]["lr"])
+
+
+def test_automatic_optimization_logs_averaged_over_workers_and_step_interval(trainer_factory):
+    trainer = trainer_factory(TrainingOperator.from_ptl(Regressor), config={"interval": "step"})
+    first = trainer.train()  # 256 samples, 2 workers, batch 32: 4 steps per worker
+    assert first["num_samples"] == 256 and first["batch_count"] == 4
+    assert first["rank_value"] == 0.5  # rank 0 logs 0, rank 1 logs 1: averaged on the driver
+    assert first["epoch_end_value"] == 5.0  # 10 * rank + current_epoch 0
+    assert first["lr"] == pytest.approx(0.05 * (1 + 0.5 + 0.25 + 0.125) / 4)
+    assert lrs(trainer) == [pytest.approx(0.05 / 16)] * 2  # one scheduler step per batch
+    val = trainer.validate()
+    second, val2 = trainer.train(), trainer.validate()
+    assert second["epoch_end_value"] == 6.0
+    assert second["train_loss"] < first["train_loss"] and val2["val_mse"] < val["val_mse"]
+    weights = trainer.apply_all_operators(lambda op: params(op.get_model()))
+    assert identical(*weights)  # DDP kept the ranks in step
+
+
+def test_bf16_epoch_interval_without_ddp_and_get_model(trainer_factory):
+    # wrap_ddp=False: each step averages the gradients itself (once, though clipping asks too).
+    trainer = trainer_factory(TrainingOperator.from_ptl(Regressor), config={"interval": "epoch"},
+                              use_fp16="bf16", wrap_ddp=False, clip_grad_norm=5.0)
+    first = trainer.train()
+    assert first["lr"] == 0.05 and lrs(trainer) == [0.025, 0.025]  # stepped once, at the end
+    second = trainer.train()
+    assert second["lr"] == 0.025 and second["train_loss"] < first["train_loss"]
+    model = trainer.get_model()
+    assert isinstance(model, Regressor) and list(model.state_dict()) == ["net.weight", "net.bias"]
+    rank0, rank1 = trainer.apply_all_operators(lambda op: params(op.get_model()))
+    assert identical(params(model), rank0) and identical(rank0, rank1)
+    assert not identical(params(model), params(Regressor({})))  # trained, not the initial weights
+
+
+def test_manual_optimization_gan_with_two_optimizers(trainer_factory):
+    trainer = trainer_factory(TrainingOperator.from_ptl(Gan))
+    results = [trainer.train() for _ in range(4)]
+    assert {"g_loss", "d_loss", "distance", "num_samples"} <= results[0].keys()
+    assert results[-1]["distance"] < 0.8 * results[0]["distance"]  # the generator learns
+    g_lr, d_lr = trainer.apply_all_operators(
+        lambda op: [opt.param_groups[0]["lr"] for opt in op.optimizers])[0]
+    assert g_lr == pytest.approx(0.02 * 0.9 ** 4) and d_lr == 0.02  # only the user's steps
+    weights = trainer.apply_all_operators(lambda op: params(op.get_model()))
+    assert identical(*weights)  # each opt.step() averaged its gradients over the ranks
+
+
+def test_save_and_load_carry_weights_schedulers_and_checkpoint_hooks(trainer_factory, tmp_path):
+    operator = TrainingOperator.from_ptl(Regressor)
+    first = trainer_factory(operator, config={"interval": "epoch"})
+    first.train()
+    path = first.save(str(tmp_path / "lightning.ckpt"))
+    tokens = first.apply_all_operators(lambda op: op.get_model().token)
+    assert tokens[0] != tokens[1]  # each worker drew its own
+    weights = params(first.get_model())
+    second = trainer_factory(operator, config={"interval": "epoch"})
+    second.load(path)
+    assert second.apply_all_operators(lambda op: op.get_model().token) == [tokens[0]] * 2
+    assert identical(params(second.get_model()), weights)
+    assert lrs(second) == [0.025, 0.025]
+    assert second.apply_all_operators(lambda op: op.current_epoch) == [1, 1]
+    assert second.train()["lr"] == 0.025
+
+
+def test_unsupported_trainer_attribute_names_itself():
+    trainer = TorchTrainer(training_operator_cls=TrainingOperator.from_ptl(TouchesStrategy),
+                           config={"interval": "step"}, num_workers=1, use_local=True)
+    try:
+        with pytest.raises(TrainerAttributeError, match="self.trainer.strategy.*all_gather"):
+            trainer.train()
+    finally:
+        trainer.shutdown()
+
+
+def read_step(pid_dir):
+    try:
+        with open(os.path.join(pid_dir, "step")) as handle:
+            return int(handle.read())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_recovered_to_the_same_weights(trainer_factory, tmp_path):
+    def run(**config):
+        trainer = trainer_factory(TrainingOperator.from_ptl(Regressor), checkpoint_every_n_steps=2,
+                                  config={"interval": "step", **config})
+        if "pid_dir" in config:  # 4 steps an epoch: kill rank 1 mid second epoch
+            threading.Thread(target=kill_rank_1_at, args=(config["pid_dir"], 5),
+                             daemon=True).start()
+        return trainer, [trainer.train() for _ in range(3)]
+
+    reference, expected = run()
+    faulted, got = run(pid_dir=str(tmp_path), sleep_s=0.05)
+    assert faulted.recovery_stats.recoveries == 1
+    assert [r["epoch"] for r in got] == [r["epoch"] for r in expected]
+    assert identical(params(faulted.get_model()), params(reference.get_model()))
+    assert lrs(faulted) == lrs(reference)
+    tokens = faulted.apply_all_operators(lambda op: op.get_model().token)
+    assert tokens[0] == tokens[1]  # the new worker got rank 0's checkpoint-hook state
+
+
+def kill_rank_1_at(pid_dir, step):
+    deadline = time.monotonic() + 60
+    while read_step(pid_dir) < step and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with open(os.path.join(pid_dir, "rank1")) as handle:
+        os.kill(int(handle.read()), signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_lightning_example_smoke_test():
+    out = subprocess.run([sys.executable, "examples/lightning_mnist.py", "--smoke-test"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    accuracies = [float(v) for v in re.findall(r"validation accuracy: ([\d.]+)", out.stdout)]
+    assert len(accuracies) == 2 and min(accuracies) > 0.5, out.stdout
