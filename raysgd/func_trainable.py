@@ -88,8 +88,11 @@ class FunctionTrainable(tune.Trainable):
                                "new trainable (or let Tune start a new trial) to train again.")
         func, checkpoint, trial = self._function, self._checkpoint, self._trial_context()
         self._started = True
-        result = self._trainer.apply_all_operators(
-            lambda op: op.next_result(func, checkpoint, trial))[0]
+        # Not apply_all_operators: that waits for every rank even after one died, and a
+        # survivor may sit in an NCCL collective until its timeout. This call gives up on
+        # the others after a grace period, and the supervisor restarts the group.
+        result = self._trainer._call(
+            "apply_operator", lambda op: op.next_result(func, checkpoint, trial))[0]
         if result["done"]:
             self._finished = True
             # Tune's mark for "the function returned": the trial ends on its last real

@@ -129,6 +129,9 @@ class TorchTrainer:
         self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None
                                      else placement_timeout_s)
         self._initialization_hook = initialization_hook
+        # An operator whose validate() changes state (a LightningModule's plateau scheduler
+        # steps there) gets a commit after it, so a rollback keeps that change.
+        self._validate_mutates = bool(getattr(self.operator_cls, "validate_changes_state", False))
         self._closed_reason: Optional[str] = None
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
@@ -206,7 +209,8 @@ class TorchTrainer:
         self._require("has_validation_loader", "validate()", "validation_loader")
         check_num_steps(num_steps)
         return self._run_shown("validate", reduce_results, lambda bar: self._call(
-            "validate", num_steps, profile, info, watched=True, progress=bar))
+            "validate", num_steps, profile, info, watched=True, progress=bar,
+            mutates=self._validate_mutates))
 
     def update_scheduler(self, metric: Any) -> None:
         """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""

@@ -49,6 +49,26 @@ def train_api(config):
                  checkpoint=train.Checkpoint.from_directory(path))
 
 
+def dies_while_rank_0_waits(config, checkpoint_dir=None):
+    """First run only: rank 1 dies at epoch 1 while rank 0 waits far longer than the test
+    allows, as a survivor waits inside an NCCL collective whose peer is gone."""
+    import time
+
+    from ray import tune
+
+    start = 1 if checkpoint_dir else 0
+    first_run = not os.path.exists(config["flag"])
+    for epoch in range(start, 3):
+        if epoch == 1 and first_run:
+            if dist.get_rank() == 1:
+                open(config["flag"], "w").close()
+                os._exit(1)
+            time.sleep(600)
+        with distributed_checkpoint_dir(step=epoch) as path:
+            open(os.path.join(path, "marker"), "w").close()
+        tune.report({"epoch": epoch, "resumed": bool(checkpoint_dir)})
+
+
 def fails_on_rank_1(config):
     from ray import tune
 
@@ -200,6 +220,22 @@ def test_killed_worker_restarts_the_function_from_the_last_checkpoint(ray_cpus):
         # Fresh workers ran the function again from the checkpoint of epoch 1.
         assert (result["epoch"], result["resumed_from"]) == (2, 2)
         assert result["worker_pid"] != pids[0]
+        assert trainable._trainer.recovery_stats.failures == 1
+    finally:
+        trainable.stop()
+
+
+@pytest.mark.slow
+def test_a_survivor_stuck_in_the_function_does_not_hang_the_trial(ray_cpus, tmp_path):
+    import time
+
+    trainable = make(dies_while_rank_0_waits)(config={"flag": str(tmp_path / "died")})
+    try:
+        assert trainable.train()["epoch"] == 0
+        started = time.monotonic()
+        result = trainable.train()  # rank 1 dies; rank 0 would sleep for 10 minutes
+        assert time.monotonic() - started < 60
+        assert (result["epoch"], result["resumed"]) == (1, True)
         assert trainable._trainer.recovery_stats.failures == 1
     finally:
         trainable.stop()
