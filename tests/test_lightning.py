@@ -1,6 +1,7 @@
-"""LightningModules on a real Ray with 2 gloo workers: automatic and manual optimization,
-logging averaged across workers, scheduler intervals, bf16, save/load, recovery after a kill,
-and the example script. The modules live here; Ray workers import this file by name."""
+"""LightningModules on a real Ray with 2 gloo workers: automatic and manual optimization (raw
+optimizers and all_gather included), logging averaged across workers, scheduler intervals, a
+plateau scheduler on a validation metric kept by a rollback, bf16, save/load, recovery after a
+kill, and the example script. The modules live here; Ray workers import this file by name."""
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pl = pytest.importorskip("pytorch_lightning",
                          reason="Lightning tests need pytorch_lightning (pip install raysgd[lightning])")
+torchmetrics = pytest.importorskip("torchmetrics")  # a dependency of pytorch_lightning
 
 from raysgd import TorchTrainer, TrainingOperator  # noqa: E402
 from raysgd.lightning.errors import TrainerAttributeError  # noqa: E402
@@ -114,7 +116,8 @@ class Gan(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         (real,) = batch
-        opt_g, opt_d = self.optimizers()
+        opt_g, _ = self.optimizers(use_pl_optimizer=False)  # raw: its step() must average too
+        _, opt_d = self.optimizers()
         valid, fake = torch.ones(real.size(0), 1), torch.zeros(real.size(0), 1)
         generated = self.generator(torch.randn(real.size(0), 2, generator=self.noise))
         with self.toggled_optimizer(opt_g):
@@ -132,9 +135,32 @@ class Gan(pl.LightningModule):
             opt_d.step()
         self.log_dict({"g_loss": g_loss, "d_loss": d_loss,
                        "distance": (generated.mean(0) - 2.0).abs().mean()})
+        gathered = self.all_gather({"rank": torch.tensor(float(self.global_rank)), "one": 1})
+        self.log_dict({"rank_sum": gathered["rank"].sum(), "ones": gathered["one"].sum()})
 
     def on_train_epoch_end(self):
         self.lr_schedulers().step()  # manual optimization: the user steps schedulers
+
+
+class PlateauRegressor(Regressor):
+    """ReduceLROnPlateau on a validation metric; a rank-zero-only torchmetrics value."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mean_loss = torchmetrics.MeanMetric()  # compute() syncs across the workers
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.05)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.5, patience=0)
+        return {"optimizer": opt, "lr_scheduler": sched, "monitor": "val_mse"}
+
+    def training_step(self, batch, batch_idx):
+        if os.path.exists(self.config["fail_flag"]):
+            raise ValueError("asked to fail")
+        loss = super().training_step(batch, batch_idx)
+        self.mean_loss.update(loss.detach())
+        self.log("mean_loss", self.mean_loss, rank_zero_only=True)
+        return loss
 
 
 class TouchesStrategy(Regressor):
@@ -189,6 +215,7 @@ def test_manual_optimization_gan_with_two_optimizers(trainer_factory):
     trainer = trainer_factory(TrainingOperator.from_ptl(Gan))
     results = [trainer.train() for _ in range(4)]
     assert {"g_loss", "d_loss", "distance", "num_samples"} <= results[0].keys()
+    assert results[0]["rank_sum"] == 1.0 and results[0]["ones"] == 2  # gathered from ranks 0, 1
     assert results[-1]["distance"] < 0.8 * results[0]["distance"]  # the generator learns
     g_lr, d_lr = trainer.apply_all_operators(
         lambda op: [opt.param_groups[0]["lr"] for opt in op.optimizers])[0]
@@ -212,6 +239,25 @@ def test_save_and_load_carry_weights_schedulers_and_checkpoint_hooks(trainer_fac
     assert lrs(second) == [0.025, 0.025]
     assert second.apply_all_operators(lambda op: op.current_epoch) == [1, 1]
     assert second.train()["lr"] == 0.025
+
+
+def test_plateau_on_a_validation_metric_and_its_step_survives_a_rollback(trainer_factory,
+                                                                         tmp_path):
+    flag = tmp_path / "fail"
+    trainer = trainer_factory(TrainingOperator.from_ptl(PlateauRegressor),
+                              config={"fail_flag": str(flag)})
+    first = trainer.train()
+    # rank 0 alone reports it, but both ranks computed it (its sync would hang otherwise)
+    assert first["mean_loss"] == pytest.approx(first["train_loss"], rel=1e-4)
+    trainer.validate()  # the plateau scheduler's first value
+    assert trainer.train()["lr"] == 0.05
+    trainer.validate()  # val_mse fell, which mode="max" reads as no improvement: lr halved
+    flag.touch()  # (no apply_all_operators here: it would commit)
+    with pytest.raises(ValueError, match="asked to fail"):
+        trainer.train()  # a user error: every rank rolls back to the last commit
+    flag.unlink()
+    assert trainer.train()["lr"] == 0.025  # validate() committed its scheduler step
+    assert lrs(trainer) == [0.025, 0.025]
 
 
 def test_unsupported_trainer_attribute_names_itself():

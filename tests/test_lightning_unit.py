@@ -1,21 +1,21 @@
-"""The Lightning adapter without Ray: configure_optimizers parsing, scheduler timing, logging,
-the trainer stub, driver-side checks, and the operator driven in-process at world size 1."""
-import warnings
+"""The Lightning adapter without Ray and without training: configure_optimizers parsing,
+scheduler timing, logging, the step hooks that average raw optimizers, the trainer stub, the
+driver-side checks and what set-up builds. tests/test_lightning_steps_unit.py trains with the
+operator in-process."""
 
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 pl = pytest.importorskip("pytorch_lightning",
                          reason="Lightning tests need pytorch_lightning (pip install raysgd[lightning])")
 
 from raysgd.config import RankInfo, WorkerSettings  # noqa: E402
 from raysgd.errors import ConfigError  # noqa: E402
-from raysgd.lightning import LightningOperator, building  # noqa: E402
+from raysgd.lightning import LightningOperator, building, ddp  # noqa: E402
 from raysgd.lightning.errors import NotALightningModuleError, TrainerAttributeError  # noqa: E402
-from raysgd.lightning.logs import LogCollector  # noqa: E402
+from raysgd.lightning.logs import Logged, LogCollector, LoggedMeters  # noqa: E402
 from raysgd.lightning.optim_config import SchedulerSpec, parse_optimizers  # noqa: E402
 from raysgd.lightning.schedules import SchedulerStepper  # noqa: E402
 from raysgd.lightning.trainer_stub import TrainerStub  # noqa: E402
@@ -62,7 +62,7 @@ def test_manual_optimization_drops_plateau_keys_with_a_warning():
 
 
 @pytest.mark.parametrize("conf, match", [
-    (None, "returned None"),
+    (None, "returned None.*raysgd needs one to register.*lr=0.0"),
     ("adam", "not a form Lightning 2.x documents"),
     ([], "no optimizer"),
     ({"lr_scheduler": None}, "without 'optimizer'"),
@@ -108,16 +108,26 @@ def stepper(*specs, average=lambda value, weight: value, enabled=True):
 
 
 def test_step_and_epoch_intervals_follow_their_frequency():
-    each_step, every_2nd_epoch = object(), object()
-    steps, recorder = stepper(SchedulerSpec(each_step, interval="step"),
+    every_2nd_batch, every_2nd_epoch = object(), object()
+    steps, recorder = stepper(SchedulerSpec(every_2nd_batch, interval="step", frequency=2),
                               SchedulerSpec(every_2nd_epoch, frequency=2))
-    for done in range(1, 4):
-        steps.after_optimizer_step(done, {})
-    assert [c[0] for c in recorder.calls] == [each_step] * 3
-    steps.after_train({}, can_validate=False)
-    steps.after_train({}, can_validate=False)
-    assert [c[0] for c in recorder.calls[3:]] == [every_2nd_epoch]
+    for _ in range(2):  # two epochs of 3 batches: Lightning counts batch_idx + 1 per epoch
+        for batch_idx in range(3):
+            steps.after_batch(batch_idx)
+        steps.end_of_batches()
+        steps.after_train({}, can_validate=False)
+    assert [c[0] for c in recorder.calls] == [every_2nd_batch, every_2nd_batch, every_2nd_epoch]
     assert steps.state_dict() == {"epochs_done": 2, "pending": []}
+
+
+def test_step_interval_plateau_reads_callback_metrics():
+    plateau = SchedulerSpec(object(), interval="step", reduce_on_plateau=True, monitor="val_loss")
+    steps, recorder = stepper(plateau)
+    steps.after_batch(0)  # plateau schedulers wait for the batch's end
+    steps.after_batch_end(0, {"val_loss": torch.tensor(0.25)}, weight=8)
+    assert recorder.calls == [(plateau.scheduler, 0.25)]
+    with pytest.raises(ConfigError, match="'val_loss'"):
+        steps.after_batch_end(1, {"train_loss": torch.tensor(1.0)}, weight=8)
 
 
 def test_plateau_uses_the_train_metric_or_waits_for_validate():
@@ -160,7 +170,8 @@ def test_a_missing_monitor_raises_or_warns_when_not_strict():
 def test_manual_optimization_never_steps_schedulers():
     steps, recorder = stepper(SchedulerSpec(object(), interval="step"), SchedulerSpec(object()),
                               enabled=False)
-    steps.after_optimizer_step(1, {})
+    steps.after_batch(0)
+    steps.end_of_batches()
     steps.after_train({}, can_validate=False)
     assert recorder.calls == [] and steps.epochs_done == 1
 
@@ -174,7 +185,7 @@ def test_logged_values_are_averaged_per_batch_and_checked():
     logs.log("a", 3)  # twice in a batch: the mean
     logs.log_dict({"b": torch.tensor([2.0])}, batch_size=5)
     logs.log("zero_only", 9.0, rank_zero_only=True)  # this rank is not rank 0
-    assert logs.end_batch() == ({"a": 2.0, "b": 2.0}, 5)
+    assert logs.end_batch() == Logged({"a": 2.0, "b": 2.0}, {"b": 5})
     logs.log("epoch_value", 4.0)
     assert logs.end_epoch() == {"epoch_value": 4.0}
     logs.begin_batch()
@@ -201,9 +212,59 @@ def test_a_logged_torchmetrics_metric_is_computed_at_the_end_of_the_call():
         logs.begin_batch()
         metric.update(torch.tensor(value))
         logs.log("mean", metric)
-        assert logs.end_batch() == ({}, None)
+        assert logs.end_batch() == Logged({}, {})
     assert logs.end_epoch() == {"mean": 2.0}
     assert metric.update_count == 0  # reset for the next call
+
+
+def test_a_rank_zero_only_metric_is_computed_on_every_rank():
+    """compute() syncs across processes, so every rank computes it; only rank 0 reports it."""
+    torchmetrics = pytest.importorskip("torchmetrics")
+    metric, computed = torchmetrics.MeanMetric(), []
+    metric.compute = lambda: computed.append(True) or torch.tensor(1.0)
+    logs = LogCollector(lambda: False)  # not rank 0
+    logs.begin_epoch()
+    metric.update(torch.tensor(1.0))
+    logs.log("mean", metric, rank_zero_only=True)
+    assert logs.end_epoch() == {} and computed == [True]
+
+
+def test_batch_size_weighs_only_the_value_logged_with_it():
+    meters = LoggedMeters()
+    for loss, acc, acc_size, samples in ((1.0, 0.0, 1, 10), (3.0, 1.0, 3, 10)):
+        meters.update({"train_loss": loss}, n=samples)
+        meters.add_logged(Logged({"acc": acc, "seen": loss}, {"acc": acc_size}), samples)
+    summary = meters.summary()
+    assert summary["train_loss"] == 2.0 and summary["num_samples"] == 20  # batch-weighted
+    assert summary["acc"] == 0.75 and summary["last_acc"] == 1.0  # weighted 1 : 3
+    assert summary["seen"] == 2.0  # no batch_size=: the batch's samples
+
+
+# ---------------------------------------------------- gradient averaging on a raw step
+def test_every_optimizer_step_averages_first_even_a_raw_one():
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    events = []
+    ddp.average_on_step(opt, lambda o: events.append("sync"), lambda o: events.append("forget"))
+
+    def closure():
+        events.append("closure")
+        model.zero_grad()
+        loss = model(torch.ones(1, 2)).sum()
+        loss.backward()
+        return loss
+
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    assert events == ["sync", "forget"]
+    del events[:]
+    opt.step(closure)  # gradients exist only once the closure ran: averaged after it
+    assert events == ["closure", "forget", "sync", "forget"]
+    lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    ddp.average_on_step(lbfgs, lambda o: events.append("sync"), lambda o: None)
+    del events[:]
+    lbfgs.step(closure=closure)  # every evaluation of the closure is averaged
+    assert events.count("closure") == events.count("sync") > 1
 
 
 # ---------------------------------------------------------------- building, stub, checks
@@ -245,6 +306,7 @@ def test_the_trainer_stub_names_what_is_missing_and_what_to_use():
     with pytest.raises(TrainerAttributeError, match="should_stop.*stop calling trainer.train"):
         stub.should_stop = True
     assert stub.max_epochs is None and stub.max_steps == -1
+    assert stub.accumulate_grad_batches == 1  # accumulate_steps splits a batch inside one step
 
 
 def test_from_ptl_refuses_what_is_not_a_lightning_module_on_the_driver():
@@ -254,175 +316,29 @@ def test_from_ptl_refuses_what_is_not_a_lightning_module_on_the_driver():
     with pytest.raises(TypeError, match="Pass the class, not an instance"):
         TrainingOperator.from_ptl(pl.LightningModule())
     with pytest.raises(ConfigError, match="LightningDataModule"):
-        TrainingOperator.from_ptl(Recording, datamodule=object())
+        TrainingOperator.from_ptl(Tiny, datamodule=object())
     with pytest.raises(ConfigError, match="one train loader"):
-        TrainingOperator.from_ptl(Recording, train_dataloader=[DataLoader([1]), DataLoader([2])])
+        TrainingOperator.from_ptl(Tiny, train_dataloader=[DataLoader([1]), DataLoader([2])])
     with pytest.raises(ConfigError, match="from_ptl"):
-        run(LightningOperator)  # the bare class has no module to build
+        built(LightningOperator)  # the bare class has no module to build
 
 
-# ------------------------------------------------- the operator in-process at world size 1
-def data(n=64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 3, generator=g)
-    return TensorDataset(x, x.sum(1, keepdim=True))
-
-
-class Recording(pl.LightningModule):
-    """Records hooks; the config's keys switch behaviours on."""
-
-    def __init__(self, config):
+class Tiny(pl.LightningModule):
+    def __init__(self):
         super().__init__()
-        torch.manual_seed(0)
-        self.config = config
-        self.net = nn.Linear(3, 1)
-        self.calls, self.seen = [], []
-
-    def forward(self, x):
-        return self.net(x)
-
-    def setup(self, stage):
-        self.calls.append(f"setup:{stage}")
-        self.data = data()
-
-    def train_dataloader(self):
-        return DataLoader(self.data, batch_size=16)
-
-    def val_dataloader(self):
-        return DataLoader(self.data, batch_size=32)
+        self.net = nn.Linear(1, 1)
 
     def configure_optimizers(self):
-        self.calls.append("configure_optimizers")
-        opt = torch.optim.SGD(self.parameters(), lr=0.1)
-        return self.config.get("optim", lambda opt: opt)(opt)
+        return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    def training_step(self, batch, batch_idx):
-        self.calls.append("training_step")
-        trainer = self.trainer
-        self.seen.append((self.current_epoch, self.global_step, trainer.world_size,
-                          trainer.is_global_zero, trainer.max_epochs, trainer.training))
-        if self.config.get("touch"):
-            getattr(trainer, self.config["touch"])
-        if batch_idx in self.config.get("skip", ()):
-            return None
-        x, y = batch
-        loss = F.mse_loss(self(x), y)
-        self.log("batch_idx", float(batch_idx))
-        return {"loss": loss, "extra": torch.tensor(2.0), "ignored": torch.ones(3)}
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.log("val_loss", F.mse_loss(self(x), y))
-
-    def on_train_batch_start(self, batch, batch_idx):
-        self.calls.append("on_train_batch_start")
-        return -1 if batch_idx == self.config.get("stop_at") else None
-
-    def on_save_checkpoint(self, checkpoint):
-        checkpoint["calls"] = len(self.calls)
+    def val_dataloader(self):
+        return DataLoader(torch.zeros(4, 1), batch_size=2)
 
 
-for _hook in ("on_fit_start", "on_train_start", "on_train_epoch_start", "on_train_epoch_end",
-              "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-              "on_train_batch_end", "on_validation_start", "on_validation_epoch_start",
-              "on_validation_epoch_end", "on_validation_end"):
-    def _record(self, *args, _name=_hook):
-        self.calls.append(_name)
-    setattr(Recording, _hook, _record)
-
-
-def run(operator_cls, config=None, **settings):
-    runner = WorkerRunner(operator_cls, dict(config or {}), WorkerSettings(**settings), RankInfo())
+def built(operator_cls):
+    runner = WorkerRunner(operator_cls, {}, WorkerSettings(), RankInfo())
     runner.setup_operator()
-    return runner
-
-
-def module_of(runner):
-    return runner.operator.get_model()
-
-
-def test_hooks_run_in_lightning_order():
-    runner = run(TrainingOperator.from_ptl(Recording))
-    module = module_of(runner)
-    assert module.calls == ["setup:fit", "configure_optimizers", "on_fit_start", "on_train_start"]
-    del module.calls[:]
-    result = runner.train_epoch(num_steps=1)
-    assert module.calls == ["on_train_epoch_start", "on_train_batch_start", "training_step",
-                            "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-                            "on_train_batch_end", "on_train_epoch_end"]
-    assert result["extra"] == 2.0 and "ignored" not in result and result["batch_idx"] == 0.0
-    del module.calls[:]
-    assert set(runner.validate()) >= {"val_loss", "num_samples"}
-    assert module.calls == ["on_validation_start", "on_validation_epoch_start",
-                            "on_validation_epoch_end", "on_validation_end"]
-    assert module.training  # on_validation_model_train put it back
-
-
-def test_trainer_attributes_and_step_counters_inside_training_step():
-    runner = run(TrainingOperator.from_ptl(Recording))
-    runner.train_epoch()
-    runner.train_epoch(num_steps=2)
-    assert module_of(runner).seen == [(0, 0, 1, True, None, True), (0, 1, 1, True, None, True),
-                                      (0, 2, 1, True, None, True), (0, 3, 1, True, None, True),
-                                      (1, 4, 1, True, None, True), (1, 5, 1, True, None, True)]
-    assert module_of(runner)._trainer is None  # detached between calls: pickles like any module
-
-
-def test_an_unsupported_trainer_attribute_fails_with_its_name():
-    runner = run(TrainingOperator.from_ptl(Recording), {"touch": "precision_plugin"})
-    with pytest.raises(TrainerAttributeError, match="self.trainer.precision_plugin.*use_fp16"):
-        runner.train_epoch()
-
-
-def test_minus_one_from_on_train_batch_start_skips_the_rest_of_the_epoch():
-    runner = run(TrainingOperator.from_ptl(Recording), {"stop_at": 1})
-    first = runner.train_epoch()
-    assert first["batch_count"] == 1 and first["epoch"] == 1
-    assert runner.train_epoch()["epoch"] == 2  # the pass was used up, as Lightning ends the epoch
-
-
-def test_a_none_loss_skips_the_optimizer_step():
-    runner = run(TrainingOperator.from_ptl(Recording), {"skip": (0,)})
-    before = [p.detach().clone() for p in module_of(runner).parameters()]
-    result = runner.train_epoch(num_steps=1)
-    assert "train_loss" not in result and result["num_samples"] == 16
-    assert all(torch.equal(a, b) for a, b in zip(before, module_of(runner).parameters()))
-    assert "train_loss" in runner.train_epoch(num_steps=1)
-
-
-def test_step_interval_scheduler_and_frequency_through_the_lr():
-    def optim(opt):
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step",
-                                                   "frequency": 2}}
-
-    runner = run(TrainingOperator.from_ptl(Recording), {"optim": optim})
-    runner.train_epoch()  # 4 batches: 2 scheduler steps
-    assert runner.operator.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 / 4)
-
-
-def test_plateau_watching_a_validation_metric_steps_after_validate():
-    def optim(opt):
-        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.5, patience=0)
-        return {"optimizer": opt, "lr_scheduler": sched, "monitor": "val_loss"}
-
-    runner = run(TrainingOperator.from_ptl(Recording), {"optim": optim})
-    lr = lambda: runner.operator.optimizers[0].param_groups[0]["lr"]  # noqa: E731
-    lrs = []
-    for _ in range(3):
-        runner.train_epoch()
-        runner.validate()  # val_loss falls, which mode="max" reads as no improvement
-        lrs.append(lr())
-    assert lrs == [0.1, 0.05, 0.025]
-
-
-def test_checkpoint_hooks_and_state_keys_are_the_modules_own():
-    runner = run(TrainingOperator.from_ptl(Recording))
-    runner.train_epoch()
-    state = runner.state_dict()
-    assert list(state["models"][0]) == ["net.weight", "net.bias"]
-    assert state["operator"]["lightning_checkpoint"]["calls"] == len(module_of(runner).calls)
-    assert state["operator"]["schedules"]["epochs_done"] == 1
+    return runner.operator
 
 
 class DataModule(pl.LightningDataModule):
@@ -434,102 +350,25 @@ class DataModule(pl.LightningDataModule):
         self.prepared = True
 
     def train_dataloader(self):
-        return DataLoader(data(32), batch_size=8)
+        return DataLoader(torch.zeros(32, 1), batch_size=8)
 
 
 def test_loaders_come_from_arguments_then_datamodule_then_module():
-    runner = run(TrainingOperator.from_ptl(Recording, datamodule=DataModule()))
-    assert runner.operator.datamodule.prepared and len(runner.operator.train_loader) == 4
-    assert len(runner.operator.validation_loader) == 2  # the datamodule has none: the module's
-    given = DataLoader(data(8), batch_size=8)
-    runner = run(TrainingOperator.from_ptl(Recording, train_dataloader=given, datamodule=DataModule))
-    assert runner.operator.train_loader is given
-
-
-class Manual(Recording):
-    def __init__(self, config):
-        super().__init__(config)
-        self.automatic_optimization = False
-
-    def training_step(self, batch, batch_idx):
-        opt = self.optimizers()
-        x, y = batch
-        loss = F.mse_loss(self(x), y)
-        opt.zero_grad()
-        self.manual_backward(loss)
-        self.clip_gradients(opt, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
-        opt.step()
-        self.log("gathered", self.all_gather(torch.tensor(3.0)))
-        return loss
-
-
-def test_manual_optimization_at_world_size_one_and_its_setting_checks():
-    runner = run(TrainingOperator.from_ptl(Manual))
-    first = runner.train_epoch()
-    assert first["gathered"] == 3.0 and runner.train_epoch()["train_loss"] < first["train_loss"]
-    with pytest.raises(ConfigError, match="accumulate in training_step"):
-        run(TrainingOperator.from_ptl(Manual), accumulate_steps=2)
-    with pytest.raises(ConfigError, match="self.clip_gradients"):
-        run(TrainingOperator.from_ptl(Manual), clip_grad_norm=1.0)
-
-
-def test_manual_backward_is_refused_under_automatic_optimization():
-    class Confused(Recording):
-        def training_step(self, batch, batch_idx):
-            self.manual_backward(F.mse_loss(self(batch[0]), batch[1]))
-
-    runner = run(TrainingOperator.from_ptl(Confused))
-    with pytest.raises(ConfigError, match="automatic_optimization = False"):
-        runner.train_epoch()
-
-
-def test_accumulation_and_clipping_give_the_default_loops_numbers():
-    """accumulate_steps and clip_grad_norm: the same weights as TrainingOperator's own loop."""
-    class Plain(TrainingOperator):
-        def setup(self, config):
-            module = Recording(config)
-            opt = torch.optim.SGD(module.parameters(), lr=0.1)
-            self.register(models=module, optimizers=opt, criterion=nn.MSELoss())
-            self.register_data(train_loader=DataLoader(data(), batch_size=16))
-
-    settings = {"accumulate_steps": 2, "clip_grad_norm": 0.1}
-    ours, theirs = run(TrainingOperator.from_ptl(Recording), **settings), run(Plain, **settings)
-    assert ours.train_epoch()["train_loss"] == theirs.train_epoch()["train_loss"]
-    for a, b in zip(module_of(ours).parameters(), theirs.get_models()[0].parameters()):
-        assert torch.equal(a, b)
+    operator = built(TrainingOperator.from_ptl(Tiny, datamodule=DataModule()))
+    assert operator.datamodule.prepared and len(operator.train_loader) == 4
+    assert len(operator.validation_loader) == 2  # the datamodule has none: the module's
+    given = DataLoader(torch.zeros(8, 1), batch_size=8)
+    assert built(TrainingOperator.from_ptl(Tiny, train_dataloader=given,
+                                           datamodule=DataModule)).train_loader is given
 
 
 def test_configure_callbacks_is_ignored_with_a_warning():
-    class WithCallbacks(Recording):
+    class WithCallbacks(Tiny):
         def configure_callbacks(self):
             return [pl.callbacks.EarlyStopping(monitor="val_loss")]
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run(TrainingOperator.from_ptl(WithCallbacks))
-    assert any("configure_callbacks() is ignored" in str(w.message) for w in caught)
-
-
-def test_fp16_loss_scaling_in_both_optimization_modes():
-    """use_fp16="fp16" (GradScaler, on CPU for the test): scaled backward, unscaled clipping."""
-    for module_cls in (Recording, Manual):
-        runner = run(TrainingOperator.from_ptl(module_cls), use_fp16="fp16")
-        first = runner.train_epoch()
-        assert runner.train_epoch()["train_loss"] < first["train_loss"]
-        assert runner.operator._context.precision.scale is not None
-
-
-def test_extra_backward_arguments_need_an_unscaled_precision():
-    class RetainGraph(Manual):
-        def training_step(self, batch, batch_idx):
-            loss = F.mse_loss(self(batch[0]), batch[1])
-            self.manual_backward(loss, retain_graph=True)
-            self.optimizers().step()
-
-    run(TrainingOperator.from_ptl(RetainGraph)).train_epoch(num_steps=1)  # fp32: passed through
-    runner = run(TrainingOperator.from_ptl(RetainGraph), use_fp16="fp16")
-    with pytest.raises(ConfigError, match="extra backward arguments"):
-        runner.train_epoch(num_steps=1)
+    with pytest.warns(RuntimeWarning, match=r"configure_callbacks\(\) is ignored"):
+        built(TrainingOperator.from_ptl(WithCallbacks))
 
 
 NO_LIGHTNING = """
@@ -560,7 +399,7 @@ def test_raysgd_imports_without_lightning_and_from_ptl_says_what_to_install():
 def test_the_lightning_base_is_found_in_the_mro_for_either_package():
     from raysgd.lightning.compat import find_base
 
-    assert find_base(Recording, "LightningModule") is pl.LightningModule
+    assert find_base(Tiny, "LightningModule") is pl.LightningModule
     # lightning.pytorch's class, as the `lightning` package names it (not installed here).
     unified = type("LightningModule", (nn.Module,), {"__module__": "lightning.pytorch.core.module"})
     user = type("UserModule", (unified,), {})

@@ -113,17 +113,20 @@ def _is_empty(loader: Any) -> bool:
 
 def warn_ignored(module: Any) -> None:
     """Lightning features raysgd does not use, said once per worker at set-up."""
-    base = find_base(type(module), "LightningModule")
-    callbacks = module.configure_callbacks() if is_overridden("configure_callbacks", module,
-                                                              base) else None
+    callbacks = module.configure_callbacks() if overrides(module, "configure_callbacks") else None
     if callbacks:
         warnings.warn("configure_callbacks() is ignored: raysgd has no Lightning callbacks. Move "
                       "their work into the module's hooks, or into the driver loop around "
                       "trainer.train().", RuntimeWarning, stacklevel=3)
     for hook, why in NOT_CALLED.items():
-        if is_overridden(hook, module, base):
+        if overrides(module, hook):
             warnings.warn(f"{type(module).__name__}.{hook} is not called by raysgd: {why}.",
                           RuntimeWarning, stacklevel=3)
+
+
+def overrides(module: Any, hook: str) -> bool:
+    """Whether ``module``'s class overrides Lightning's ``hook``."""
+    return is_overridden(hook, module, find_base(type(module), "LightningModule"))
 
 
 def takes_batch_idx(step: Any, hook: str) -> bool:

@@ -1,11 +1,13 @@
 """Distributed plumbing of the Lightning adapter: the step dispatcher DDP wraps, and the
 collectives used when DDP does not sync (manual optimization, ``wrap_ddp=False``).
 
-All of it is a no-op at world size 1 or without a process group.
+Every tensor a collective sends lives on the device of the data it is about (the
+parameters, or the operator's device), so NCCL works as well as gloo. All of it is a
+no-op at world size 1 or without a process group.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional
+from typing import Any, Callable, Iterable, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -58,7 +60,8 @@ def average_gradients(params: Iterable[torch.Tensor]) -> None:
     params = list(params)
     if not params:
         return
-    have = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)
+    have = torch.tensor([p.grad is not None for p in params], dtype=torch.int32,
+                        device=params[0].device)
     dist.all_reduce(have, op=dist.ReduceOp.MAX)
     chosen = [p for p, flag in zip(params, have.tolist()) if flag]
     if not chosen:
@@ -77,13 +80,47 @@ def average_gradients(params: Iterable[torch.Tensor]) -> None:
         offset += count
 
 
-def average_value(value: Optional[float], weight: float) -> Optional[float]:
+def average_on_step(optimizer: Any, sync: Callable[[Any], None],
+                    forget: Callable[[Any], None]) -> None:
+    """Make every ``optimizer.step()`` average the gradients first, also a raw one.
+
+    ``self.optimizers(use_pl_optimizer=False)`` and ``self.trainer.optimizers``
+    hand out the torch optimizers themselves; a step hook averages for them.
+    ``sync`` averages once per step (a no-op when DDP or the wrapper already
+    did); ``forget`` clears that once-per-step mark after the step. A step with
+    a closure averages after each call of the closure, which makes the gradients.
+    """
+    if not hasattr(optimizer, "register_step_pre_hook"):
+        return
+
+    def before(opt, args, kwargs):  # args[0] is the optimizer itself
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            sync(opt)
+            return None
+
+        def averaged():
+            result = closure()
+            forget(opt)
+            sync(opt)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": averaged}
+        return (args[0], averaged, *args[2:]), kwargs
+
+    optimizer.register_step_pre_hook(before)
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: forget(opt))
+
+
+def average_value(value: Optional[float], weight: float,
+                  device: Optional[torch.device] = None) -> Optional[float]:
     """``value`` averaged over the workers that have one, weighted; None when none has one."""
     if not active():
         return value
     have = value is not None
     data = torch.tensor([value * weight if have else 0.0, weight if have else 0.0, float(have)],
-                        dtype=torch.float64)
+                        dtype=torch.float64, device=device)
     dist.all_reduce(data)
     if data[2].item() == 0:
         return None
@@ -93,15 +130,15 @@ def average_value(value: Optional[float], weight: float) -> Optional[float]:
 def gather(data: Any, device: torch.device) -> Any:
     """``LightningModule.all_gather``: tensors (and numbers) stacked over the workers.
 
-    At world size 1 the data comes back as is, as Lightning's single-device
-    strategy does; dicts, lists and tuples keep their structure.
+    Data is moved to ``device`` first (as Lightning does), so a CPU tensor works
+    under NCCL. At world size 1 it comes back as is, as Lightning's
+    single-device strategy does; dicts, lists and tuples keep their structure.
     """
     if isinstance(data, dict):
         return type(data)((key, gather(value, device)) for key, value in data.items())
     if isinstance(data, (list, tuple)):
         return type(data)(gather(value, device) for value in data)
-    if not isinstance(data, torch.Tensor):
-        data = torch.as_tensor(data, device=device)
+    data = torch.as_tensor(data, device=device)
     if not active():
         return data
     data = data.contiguous()

@@ -1,22 +1,28 @@
 """``self.log`` / ``self.log_dict`` values → raysgd metrics.
 
-A value logged inside ``training_step`` / ``validation_step`` (or a batch hook)
-becomes that batch's metric: raysgd averages it over the call's batches,
-weighted by the batch size, then over the workers, weighted by their samples,
-and reports the average under the logged name plus ``last_<name>``. A value
-logged in an epoch hook (``on_train_epoch_end``, ...) goes into the call's
-result as is (then averaged over the workers). A torchmetrics ``Metric``
-is computed and reset at the end of the call. ``rank_zero_only=True`` values
-come from rank 0 alone. Lightning's ``sync_dist`` is not needed: every metric
-is reduced across workers on the driver.
+A value logged while raysgd runs one batch (the transfer hooks,
+``on_train_batch_start``, the step, ``on_*_batch_end``) becomes that batch's
+metric: raysgd averages it over the call's batches, weighted by the
+``batch_size=`` given to that ``self.log`` call or else the batch's size, then
+over the workers, weighted by their samples, and reports the average under the
+logged name plus ``last_<name>``. ``batch_size=`` weighs only the value it was
+logged with. A value logged in an epoch hook (``on_train_epoch_end``, ...) goes
+into the call's result as is (then averaged over the workers). A torchmetrics
+``Metric`` is computed and reset at the end of the call on every rank (its
+``compute()`` syncs across processes). ``rank_zero_only=True`` values come
+from rank 0 alone: the other ranks drop them (a ``Metric`` is still computed
+there, so the sync never waits for them). Lightning's ``sync_dist`` is not
+needed: every metric is reduced across workers on the driver.
 """
 from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 import torch
+
+from raysgd.metrics import AverageMeter, AverageMeterCollection
 
 
 def is_metric_object(value: Any) -> bool:
@@ -41,13 +47,44 @@ def to_float(name: str, value: Any) -> float:
                      f"torchmetrics Metric, got {type(value).__name__}.")
 
 
+class Logged(NamedTuple):
+    """One batch's logged values and the ``batch_size=`` each was logged with (if any)."""
+
+    values: Dict[str, float]
+    batch_sizes: Dict[str, int]
+
+
+class LoggedMeters(AverageMeterCollection):
+    """A call's meters, where each logged value carries its own weight.
+
+    The step's metrics (``train_loss``, ...) are weighted by the batch's
+    ``num_samples`` as usual; :meth:`add_logged` weighs each logged value by its
+    own ``batch_size=``. Commits snapshot it like any meter collection.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.logged: Dict[str, AverageMeter] = {}
+
+    def add_logged(self, logged: Logged, num_samples: int) -> None:
+        for name, value in logged.values.items():
+            weight = logged.batch_sizes.get(name, num_samples)
+            self.logged.setdefault(name, AverageMeter()).update(value, n=weight)
+
+    def summary(self) -> Dict[str, Any]:
+        stats = super().summary()
+        for name, meter in self.logged.items():
+            stats[name], stats["last_" + name] = meter.avg, meter.val
+        return stats
+
+
 class _Scope:
     """The values logged in one batch, or in one call's epoch hooks."""
 
     def __init__(self):
         self.sums: Dict[str, float] = {}
         self.counts: Dict[str, int] = {}
-        self.batch_size: Optional[int] = None
+        self.batch_sizes: Dict[str, int] = {}
 
     def add(self, name: str, value: float) -> None:
         # Logged twice in one batch (e.g. once per micro-batch): the mean of both.
@@ -66,30 +103,33 @@ class LogCollector:
         self._batch: Optional[_Scope] = None
         self._epoch: Optional[_Scope] = None
         self._metric_objects: Dict[str, Any] = {}
+        self._zero_only: set = set()  # Metric names logged with rank_zero_only=True
         self._warned: set = set()
 
     # ------------------------------------------------------------- scopes
     def begin_epoch(self) -> None:
-        self._epoch, self._batch, self._metric_objects = _Scope(), None, {}
+        self._epoch, self._batch, self._metric_objects, self._zero_only = _Scope(), None, {}, set()
 
     def end_epoch(self) -> Dict[str, float]:
         """Values logged in epoch hooks, and every logged Metric computed (then reset)."""
         values = self._epoch.means() if self._epoch is not None else {}
         for name, metric in self._metric_objects.items():
-            values[name] = to_float(name, metric.compute())
+            value = to_float(name, metric.compute())  # on every rank: compute() syncs
             metric.reset()
-        self._epoch, self._metric_objects = None, {}
+            if name not in self._zero_only or self._is_global_zero():
+                values[name] = value
+        self._epoch, self._metric_objects, self._zero_only = None, {}, set()
         return values
 
     def begin_batch(self) -> None:
         self._batch = _Scope()
 
-    def end_batch(self) -> tuple:
-        """(values logged in the batch, the ``batch_size=`` given to ``self.log`` or None)."""
+    def end_batch(self) -> Logged:
+        """The values logged in the batch, with the ``batch_size=`` of each that had one."""
         scope, self._batch = self._batch, None
         if scope is None:
-            return {}, None
-        return scope.means(), scope.batch_size
+            return Logged({}, {})
+        return Logged(scope.means(), dict(scope.batch_sizes))
 
     # --------------------------------------------------------- module API
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: Optional[bool] = None,
@@ -102,7 +142,7 @@ class LogCollector:
         rank_zero_only and reduce_fx (which must average)."""
         if not isinstance(name, str):
             raise ValueError(f"self.log(name, value): name must be a string, got {name!r}.")
-        if rank_zero_only and not self._is_global_zero():
+        if rank_zero_only and not self._is_global_zero() and not is_metric_object(value):
             return
         self._check_reduce(name, reduce_fx)
         scope = self._batch if self._batch is not None else self._epoch
@@ -112,11 +152,12 @@ class LogCollector:
                                   "reports values logged in step and epoch hooks only, so it is "
                                   "ignored.")
             return
-        if batch_size is not None and scope is self._batch:
-            scope.batch_size = int(batch_size)
         if is_metric_object(value):
             self._metric_objects[name] = value
+            (self._zero_only.add if rank_zero_only else self._zero_only.discard)(name)
             return
+        if batch_size is not None and scope is self._batch:
+            scope.batch_sizes[name] = int(batch_size)
         scope.add(name, to_float(name, value))
 
     def log_dict(self, dictionary: Mapping[str, Any], prog_bar: bool = False,

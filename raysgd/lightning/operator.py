@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from raysgd.errors import ConfigError
 from raysgd.lightning import building, ddp, steps
+from raysgd.lightning.logs import Logged, LoggedMeters
 from raysgd.lightning.optim_config import SchedulerSpec, parse_optimizers
 from raysgd.lightning.schedules import SchedulerStepper
 from raysgd.lightning.session import ModuleSession
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
-from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection, is_number
+from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, is_number
 from raysgd.operator import TrainingOperator
 
 
@@ -39,6 +40,9 @@ class LightningOperator(TrainingOperator):
     _ptl_val_dataloader: Any = None
     _ptl_datamodule: Any = None
     ddp_args: Dict[str, Any] = {}
+    # validate() steps ReduceLROnPlateau schedulers that watch a validation metric, so the
+    # trainer commits after it: a rollback must not undo that step.
+    validate_changes_state = True
 
     # ------------------------------------------------------------------ set-up
     def setup(self, config: Dict[str, Any]) -> None:
@@ -49,14 +53,13 @@ class LightningOperator(TrainingOperator):
         self.callback_metrics: Dict[str, torch.Tensor] = {}
         self.scheduler_specs: List[SchedulerSpec] = []
         self.lightning_optimizers: List[OperatorOptimizer] = []
+        self.optimization: Any = None  # steps.AUTOMATIC or steps.MANUAL, chosen in _build
         self._synced: set = set()  # optimizers whose gradients this step already averaged
-        self._step_taken = False
+        self._warned_not_plain = False
         self.datamodule = building.instantiate_datamodule(self._ptl_datamodule, config)
         module = building.construct(self._lightning_module_cls, config)
-        self._automatic = bool(module.automatic_optimization)
-        self._check_settings()
         self._session = ModuleSession(self, module)
-        self._stepper = SchedulerStepper([], module.lr_scheduler_step, ddp.average_value)
+        self._stepper = SchedulerStepper([], module.lr_scheduler_step, self._average)
         self.step_takes_idx = building.takes_batch_idx(module.training_step, "training_step")
         self.val_step_takes_idx = building.takes_batch_idx(module.validation_step,
                                                            "validation_step")
@@ -65,16 +68,23 @@ class LightningOperator(TrainingOperator):
 
     def _build(self, module: Any) -> None:
         building.prepare_and_setup(module, self.datamodule, self.local_rank, self.world_rank)
+        # Read once, after setup() and configure_model (which may still set it), and kept.
+        self.optimization = steps.optimization_of(module)
+        self.optimization.check_settings(self._context.settings)
+        self._check_settings()
         module.to(self.device)  # Lightning builds optimizers with the module on its device
-        optimizers, specs = parse_optimizers(module.configure_optimizers(), self._automatic)
+        automatic = self.optimization.automatic
+        optimizers, specs = parse_optimizers(module.configure_optimizers(), automatic)
         self.register(models=module, optimizers=optimizers,
                       schedulers=[spec.scheduler for spec in specs], ddp_args=dict(self.ddp_args))
         self._ddp_syncs = isinstance(self._models[0], DistributedDataParallel)
         self.scheduler_specs = specs
-        self._stepper = SchedulerStepper(specs, module.lr_scheduler_step, ddp.average_value,
-                                         enabled=self._automatic)
+        self._stepper = SchedulerStepper(specs, module.lr_scheduler_step, self._average,
+                                         enabled=automatic)
         self.lightning_optimizers = [OperatorOptimizer(opt, self._optimizer_step)
                                      for opt in self._optimizers]
+        for opt in self._optimizers:  # raw optimizers (use_pl_optimizer=False) average too
+            ddp.average_on_step(opt, self.sync_gradients, self._forget_sync)
         train_loader, val_loader = building.loaders(module, self.datamodule,
                                                     self._ptl_train_dataloader,
                                                     self._ptl_val_dataloader)
@@ -84,21 +94,11 @@ class LightningOperator(TrainingOperator):
         module.on_train_start()
 
     def _check_settings(self) -> None:
-        settings = self._context.settings
-        if not self._automatic and settings.accumulate_steps > 1:
-            raise ConfigError(
-                f"accumulate_steps={settings.accumulate_steps} splits batches for automatic "
-                "optimization; with automatic_optimization = False accumulate in training_step "
-                "(call opt.step() every k batches), as Lightning requires.")
-        if not self._automatic and settings.clip_grad_norm is not None:
-            raise ConfigError(
-                "clip_grad_norm applies to automatic optimization; with automatic_optimization "
-                "= False call self.clip_gradients(opt, gradient_clip_val=..., "
-                "gradient_clip_algorithm='norm') before opt.step(), as Lightning requires.")
-        if settings.scheduler_step_freq is not None:
-            warnings.warn(f"scheduler_step_freq={settings.scheduler_step_freq!r} is ignored for a "
-                          "LightningModule: its schedulers step by their own 'interval' and "
-                          "'frequency' from configure_optimizers().", RuntimeWarning, stacklevel=2)
+        step_freq = self._context.settings.scheduler_step_freq
+        if step_freq is not None:
+            warnings.warn(f"scheduler_step_freq={step_freq!r} is ignored for a LightningModule: "
+                          "its schedulers step by their own 'interval' and 'frequency' from "
+                          "configure_optimizers().", RuntimeWarning, stacklevel=2)
 
     def _check_registration(self, models, optimizers, schedulers, ddp_args) -> None:
         # Lightning schedulers step by their own interval, so scheduler_step_freq
@@ -107,7 +107,7 @@ class LightningOperator(TrainingOperator):
 
     def _wrap(self, model: torch.nn.Module, ddp_args: dict) -> torch.nn.Module:
         dispatcher = ddp.StepDispatcher(model)
-        if self._automatic:
+        if self.optimization.automatic:
             wrapped = super()._wrap(dispatcher, ddp_args)
             if wrapped is not dispatcher:
                 return wrapped
@@ -117,100 +117,121 @@ class LightningOperator(TrainingOperator):
     # -------------------------------------------------------------- training
     def train_epoch(self, iterator: Iterable, info: Optional[dict] = None,
                     num_steps: Optional[int] = None, epoch_idx: int = 0) -> dict:
-        """One ``train()`` call: Lightning's epoch hooks around raysgd's loop over batches."""
+        """One ``train()`` call: Lightning's epoch hooks around raysgd's loop over batches.
+
+        No ``.train()`` here: Lightning leaves each submodule's mode as the module
+        set it (a frozen BatchNorm in eval mode stays there), and validate()
+        restores the modes it changed.
+        """
         with self._session.attached() as module, self._phase("train"):
+            logs = self._session.logs
             resumed = self._resume_meters is not None  # finishing a call cut short by a failure
-            meters = self._meters = self._resume_meters or AverageMeterCollection()
+            meters = self._meters = self._resume_meters or LoggedMeters()
             self._resume_meters = None
-            self._models[0].train()
-            self._session.logs.begin_epoch()
+            logs.begin_epoch()
             if not resumed:
                 module.on_train_epoch_start()
             for index, batch in enumerate(iterator):
                 batch_idx = getattr(iterator, "batch_idx", index)
+                logs.begin_batch()  # values logged in the transfer hooks belong to the batch
                 batch = steps.transfer(module, batch, self.device)
                 if module.on_train_batch_start(batch, batch_idx) == -1:
-                    for _ in iterator:  # Lightning skips the rest of the epoch
+                    logs.end_batch()  # no step ran: dropped with the batch
+                    self._stepper.after_batch(batch_idx)  # Lightning counts this batch too
+                    # Lightning ends the epoch without fetching more. The iterator raysgd
+                    # hands the operator has no public way to end its pass, so the call's
+                    # remaining batches are fetched (not trained) and dropped.
+                    for _ in iterator:
                         pass
                     break
-                batch_info = {**(info or {}), "batch_idx": batch_idx,
-                              "global_step": self.global_step,
-                              "epoch_idx": getattr(iterator, "epoch_idx", 0)}
-                metrics = dict(self.train_batch(batch, batch_info) or {})
+                metrics, logged = self._train_one(batch, batch_idx)
                 self.global_step += 1
-                self._count(meters, metrics)
+                self._count_batch(meters, metrics, logged)
+            self._stepper.end_of_batches()
             module.on_train_epoch_end()
-            summary = {**meters.summary(), **self._session.logs.end_epoch()}
+            summary = {**meters.summary(), **logs.end_epoch()}
             self._note_callback_metrics(summary)
             self._stepper.after_train(summary, can_validate=self.validation_loader is not None)
         return summary
 
     def train_batch(self, batch: Any, batch_info: dict) -> dict:
-        """One batch (already on the device): the step, ``on_train_batch_end``, its logs."""
-        module, logs = self._session.module, self._session.logs
-        batch_idx = batch_info.get("batch_idx", 0)
-        logs.begin_batch()
-        self._step_taken = False
+        """TrainingOperator's one-batch API: the step's metrics and the values it logged."""
+        self._session.logs.begin_batch()
+        metrics, logged = self._train_one(batch, batch_info.get("batch_idx", 0))
+        return {**metrics, **logged.values}
+
+    def _train_one(self, batch: Any, batch_idx: int) -> Tuple[dict, Logged]:
+        """One batch (on the device, its log scope open): the step, schedulers, batch end."""
+        module = self._session.module
         self._synced.clear()  # gradients averaged for a step that never came are stale
-        run = steps.automatic_step if self._automatic else steps.manual_step
-        metrics, outputs = run(self, batch, batch_idx)
+        metrics, outputs = self.optimization.run(self, batch, batch_idx)
+        self._stepper.after_batch(batch_idx)
         module.on_train_batch_end(outputs, batch, batch_idx)
-        metrics = self._with_logs(metrics, *logs.end_batch())
-        if self._step_taken:
-            self._stepper.after_optimizer_step(self.global_step + 1, metrics)
-        return metrics
+        logged = self._session.logs.end_batch()
+        self._note_callback_metrics({**metrics, **logged.values})
+        self._stepper.after_batch_end(batch_idx, self.callback_metrics,
+                                      float(metrics.get(NUM_SAMPLES, 1) or 1))
+        return metrics, logged
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer, skipped: bool) -> None:
         """What ``OperatorOptimizer.step`` does after running the closure."""
-        if skipped and self._automatic:  # training_step returned None: no step, as Lightning
+        if skipped and self.optimization.automatic:  # training_step returned None: no step
             return
         module = self._session.module
         self.sync_gradients(optimizer)
         self.unscale_(optimizer)  # hooks and clipping see true gradients (fp16)
         module.on_before_optimizer_step(optimizer)
-        if self._automatic:
-            clip = self._context.settings.clip_grad_norm
-            module.configure_gradient_clipping(optimizer, clip, None if clip is None else "norm")
-        self._step_taken = self.step(optimizer)
-        self._synced.discard(id(optimizer))
+        self.optimization.clip(module, optimizer, self._context.settings.clip_grad_norm)
+        self.step(optimizer)
+        self._forget_sync(optimizer)  # also when an fp16 overflow skipped optimizer.step()
 
     def sync_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average ``optimizer``'s gradients over the workers, once per step, unless DDP did.
 
-        ``clip_gradients`` calls it before the step too; the second call is a no-op.
+        ``clip_gradients``, the wrapper's ``step`` and the optimizer's own step hook
+        all call it; after the first call of a step the others are no-ops.
         """
         if self._ddp_syncs or id(optimizer) in self._synced:
             return
         ddp.average_gradients(ddp.optimizer_params(optimizer))
         self._synced.add(id(optimizer))
 
+    def _forget_sync(self, optimizer: torch.optim.Optimizer) -> None:
+        self._synced.discard(id(optimizer))
+
     # ------------------------------------------------------------ validation
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
         """One ``validate()`` call with Lightning's validation hooks, in its order."""
         with self._session.attached() as module, self._phase("validate"):
-            meters = AverageMeterCollection()
-            self._session.logs.begin_epoch()
+            logs, meters = self._session.logs, LoggedMeters()
+            logs.begin_epoch()
+            modes = _training_modes(self._models[0])  # Lightning's _ModuleMode.capture
             module.on_validation_model_eval()
             module.on_validation_start()
             module.on_validation_epoch_start()
             with torch.no_grad():
                 for batch_idx, batch in enumerate(val_iterator):
+                    logs.begin_batch()
                     batch = steps.transfer(module, batch, self.device)
-                    metrics = self.validate_batch(batch, {**(info or {}), "batch_idx": batch_idx})
-                    self._count(meters, metrics)
+                    metrics, _ = steps.validation_step(self, batch, batch_idx)
+                    self._count_batch(meters, metrics, logs.end_batch())
             module.on_validation_epoch_end()
-            summary = {**meters.summary(), **self._session.logs.end_epoch()}
+            summary = {**meters.summary(), **logs.end_epoch()}
             module.on_validation_end()
-            module.on_validation_model_train()
+            if building.overrides(module, "on_validation_model_train"):
+                module.on_validation_model_train()
+            else:  # Lightning calls the hook only when overridden; else it restores the modes
+                _restore_modes(self._models[0], modes)
             self._note_callback_metrics(summary)
             self._stepper.after_validate(summary)
         return summary
 
     def validate_batch(self, batch: Any, batch_info: dict) -> dict:
+        """TrainingOperator's one-batch API: ``validation_step``'s metrics and logged values."""
         logs = self._session.logs
         logs.begin_batch()
         metrics, _ = steps.validation_step(self, batch, batch_info.get("batch_idx", 0))
-        return self._with_logs(metrics, *logs.end_batch())
+        return {**metrics, **logs.end_batch().values}
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> Dict[str, Any]:
@@ -221,6 +242,13 @@ class LightningOperator(TrainingOperator):
             module.on_save_checkpoint(checkpoint)
             if self.datamodule is not None:
                 checkpoint["datamodule"] = self.datamodule.state_dict()
+        odd = None if self._warned_not_plain else _not_plain(checkpoint, "checkpoint")
+        if odd is not None:  # commits carry it fine; trainer.load's torch.load(weights_only) won't
+            self._warned_not_plain = True
+            warnings.warn(f"on_save_checkpoint stored {odd}, which trainer.load(path) cannot read "
+                          "back (it loads tensors, numbers, strings and lists/dicts of them "
+                          "only); store plain values, e.g. a state_dict().", RuntimeWarning,
+                          stacklevel=2)
         return {"lightning_checkpoint": checkpoint, "schedules": self._stepper.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -249,15 +277,49 @@ class LightningOperator(TrainingOperator):
         finally:
             self.phase = previous
 
-    @staticmethod
-    def _with_logs(metrics: dict, logged: dict, log_batch_size: Optional[int]) -> dict:
-        merged = {**metrics, **logged}
-        if log_batch_size is not None:  # self.log(..., batch_size=n) weighs the batch
-            merged[NUM_SAMPLES] = log_batch_size
-        return merged
+    def _average(self, value: Optional[float], weight: float) -> Optional[float]:
+        return ddp.average_value(value, weight, self.device)
 
-    def _note_callback_metrics(self, summary: dict) -> None:
+    def _count_batch(self, meters: LoggedMeters, metrics: dict, logged: Logged) -> None:
+        """One batch into the call's meters: step metrics by the batch's samples, each
+        logged value by its own ``batch_size=`` (else the batch's samples)."""
+        num_samples = metrics.pop(NUM_SAMPLES, 1)
+        step_metrics = {k: v for k, v in metrics.items() if k not in logged.values}
+        meters.update(step_metrics, n=num_samples)
+        meters.add_logged(logged, num_samples)
+        self._context.events.finished_batch({**step_metrics, **logged.values}, num_samples)
+
+    def _note_callback_metrics(self, values: dict) -> None:
         # Lightning's trainer.callback_metrics: the latest value of every metric, as tensors.
         self.callback_metrics.update({key: torch.tensor(float(value))
-                                      for key, value in summary.items()
-                                      if is_number(value) and not key.startswith("last_")})
+                                      for key, value in values.items()
+                                      if is_number(value) and not key.startswith("last_")
+                                      and key not in (NUM_SAMPLES, BATCH_COUNT)})
+
+
+PLAIN = (torch.Tensor, str, bytes, int, float, bool, complex, type(None), torch.dtype,
+         torch.device)
+
+
+def _not_plain(value: Any, where: str) -> Optional[str]:
+    """Where ``value`` holds something ``torch.load(weights_only=True)`` refuses, or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _not_plain(key, where) or _not_plain(item, f"{where}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return next((f for i, item in enumerate(value) if (f := _not_plain(item, f"{where}[{i}]"))),
+                    None)
+    return None if isinstance(value, PLAIN) else f"{type(value).__qualname__!r} at {where}"
+
+
+def _training_modes(model: torch.nn.Module) -> Dict[str, bool]:
+    return {name: sub.training for name, sub in model.named_modules()}
+
+
+def _restore_modes(model: torch.nn.Module, modes: Dict[str, bool]) -> None:
+    for name, sub in model.named_modules():
+        if name in modes:
+            sub.training = modes[name]

@@ -1,6 +1,6 @@
 """``configure_optimizers()``'s return value → optimizers and scheduler specs. Pure (torch only).
 
-Every form Lightning 2.x documents is accepted:
+Every form Lightning 2.x documents is accepted, except ``None``:
 
 * an optimizer;
 * a list or tuple of optimizers;
@@ -12,6 +12,9 @@ A scheduler is a scheduler object or a dict with ``scheduler`` plus optional
 ``interval`` ("epoch" default, or "step"), ``frequency`` (1), ``monitor``,
 ``strict`` (True), ``name`` and ``reduce_on_plateau`` (True for
 ``ReduceLROnPlateau``).
+
+``None`` (Lightning warns and trains without an optimizer) is refused:
+raysgd registers the optimizers it steps, checkpoints and restores.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ class SchedulerSpec:
     strict: bool = True
 
     def due(self, count: int) -> bool:
-        """Steps after the ``count``-th epoch or optimizer step (1-based), every ``frequency``."""
+        """Steps at the ``count``-th epoch, or batch of the epoch (1-based), every ``frequency``."""
         return count % self.frequency == 0
 
 
@@ -77,8 +80,11 @@ def parse_optimizers(conf: Any, automatic: bool = True) -> Tuple[list, List[Sche
 def _split(conf: Any) -> Tuple[list, list, Optional[str]]:
     """(optimizers, schedulers, top-level monitor) of one of the accepted forms."""
     if conf is None:
-        raise ConfigError(f"configure_optimizers() returned None; raysgd needs an optimizer. "
-                          f"Return {FORMS}.")
+        raise ConfigError(
+            "configure_optimizers() returned None. Lightning then runs without an optimizer, but "
+            "raysgd needs one to register (it steps, checkpoints and restores the optimizers). "
+            f"Return {FORMS}; a module with nothing to train can return "
+            "torch.optim.SGD(self.parameters(), lr=0.0).")
     if is_optimizer(conf):
         return [conf], [], None
     if isinstance(conf, dict):

@@ -1,13 +1,23 @@
-"""When each scheduler steps: Lightning's interval/frequency rules, not ``scheduler_step_freq``.
+"""When each scheduler steps: Lightning 2.x's rules (its training epoch loop), not
+``scheduler_step_freq``.
 
-* ``interval="step"`` schedulers step after every ``frequency``-th optimizer
-  step that was not skipped (an fp16 overflow skips a step);
-* ``interval="epoch"`` schedulers step at the end of every ``frequency``-th
-  ``train()`` call (raysgd's epoch);
-* a scheduler with a ``monitor`` (``ReduceLROnPlateau``) steps with the
-  monitored value averaged over the workers (weighted by their samples), so
-  every rank takes the same decision. An epoch-interval one whose metric is
-  not among the ``train()`` results waits for the next ``validate()``.
+* ``interval="step"``: Lightning counts the batches of the epoch, so a
+  scheduler steps after the batch whose ``(batch_idx + 1) % frequency == 0``,
+  ``batch_idx`` being the index ``training_step`` receives (it restarts at 0
+  with every pass over the loader). Every batch counts, also one whose
+  optimizer step was skipped (``training_step`` returned None, an fp16
+  overflow) and the one for which ``on_train_batch_start`` returned -1. A plain
+  scheduler steps before ``on_train_batch_end``; a ``ReduceLROnPlateau`` after
+  it, with the monitored value read from ``trainer.callback_metrics`` (the
+  values of this batch and of the last ``validate()``, so a ``val_*`` monitor
+  works once a ``validate()`` ran).
+* ``interval="epoch"``: a plain scheduler steps after the last batch of every
+  ``frequency``-th ``train()`` call (raysgd's epoch), before
+  ``on_train_epoch_end``; a ``ReduceLROnPlateau`` after it, with the call's
+  results, or, when its metric is not among them, after the next
+  ``validate()`` (Lightning validates before stepping it).
+* A monitored value is averaged over the workers (weighted by their samples)
+  before the step, so every rank takes the same decision.
 
 Only automatic optimization steps schedulers; with manual optimization the
 user calls ``sched.step()``, as in Lightning. Steps go through the module's
@@ -16,7 +26,7 @@ user calls ``sched.step()``, as in Lightning. Steps go through the module's
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from raysgd.errors import ConfigError
 from raysgd.lightning.optim_config import SchedulerSpec
@@ -36,36 +46,52 @@ class SchedulerStepper:
         self.epochs_done = 0
         self.pending: List[int] = []  # epoch plateau schedulers waiting for validate()
 
-    def after_optimizer_step(self, steps_done: int, metrics: Mapping[str, Any]) -> None:
-        """After a (not skipped) optimizer step; ``steps_done`` counts it (1-based)."""
+    def _due(self, interval: str, count: int, plateau: bool) -> Iterator[SchedulerSpec]:
         for spec in self.specs:
-            if spec.interval == "step" and spec.due(steps_done):
-                self._step(spec, metrics, defer=False)
+            if spec.interval == interval and spec.reduce_on_plateau == plateau and spec.due(count):
+                yield spec
+
+    def after_batch(self, batch_idx: int) -> None:
+        """Plain ``interval="step"`` schedulers, after the batch's optimization."""
+        for spec in self._due("step", batch_idx + 1, plateau=False):
+            self._step_hook(spec.scheduler, None)
+
+    def after_batch_end(self, batch_idx: int, callback_metrics: Mapping[str, Any],
+                        weight: float) -> None:
+        """``interval="step"`` plateau schedulers, after ``on_train_batch_end``."""
+        for spec in self._due("step", batch_idx + 1, plateau=True):
+            self._step(spec, callback_metrics, weight, defer=False)
+
+    def end_of_batches(self) -> None:
+        """Plain ``interval="epoch"`` schedulers, after the call's last batch."""
+        for spec in self._due("epoch", self.epochs_done + 1, plateau=False):
+            self._step_hook(spec.scheduler, None)
 
     def after_train(self, metrics: Mapping[str, Any], can_validate: bool) -> None:
-        """At the end of a ``train()`` call, with its results."""
+        """At the end of a ``train()`` call, with its results: epoch plateau schedulers."""
         self.epochs_done += 1
         self.pending = []
+        weight = float(metrics.get("num_samples", 1) or 1)
         for index, spec in enumerate(self.specs):
-            if spec.interval == "epoch" and spec.due(self.epochs_done):
-                if not self._step(spec, metrics, defer=can_validate):
+            if spec.interval == "epoch" and spec.reduce_on_plateau and spec.due(self.epochs_done):
+                if not self._step(spec, metrics, weight, defer=can_validate):
                     self.pending.append(index)
 
     def after_validate(self, metrics: Mapping[str, Any]) -> None:
         """At the end of a ``validate()`` call: plateau schedulers waiting for its metrics."""
         waiting, self.pending = self.pending, []
+        weight = float(metrics.get("num_samples", 1) or 1)
         for index in waiting:
-            self._step(self.specs[index], metrics, defer=False)
+            self._step(self.specs[index], metrics, weight, defer=False)
 
-    def _step(self, spec: SchedulerSpec, metrics: Mapping[str, Any], defer: bool) -> bool:
-        """Step ``spec``; False when its metric is missing and it may wait (``defer``)."""
-        if not spec.reduce_on_plateau:
-            self._step_hook(spec.scheduler, None)
-            return True
+    def _step(self, spec: SchedulerSpec, metrics: Mapping[str, Any], weight: float,
+              defer: bool) -> bool:
+        """Step plateau ``spec``; False when its metric is missing and it may wait (``defer``)."""
         value = metrics.get(spec.monitor)
+        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+            value = value.item()  # callback_metrics hold 0-d tensors, as Lightning's do
         local = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
             else None
-        weight = float(metrics.get("num_samples", 1) or 1)
         # Every rank joins the average, even one that lacks the metric, so
         # the collective never hangs and all ranks take the same decision.
         averaged = self._average(local, weight)

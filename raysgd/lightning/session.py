@@ -7,7 +7,10 @@ between releases. raysgd instead replaces those public methods on the module
 *instance* for the duration of each operator call, and sets ``self.trainer``
 to a :class:`TrainerStub` through the public setter. Outside the calls the
 module is a plain LightningModule again, so what ``trainer.get_model()``
-returns pickles and saves like any module.
+returns pickles and saves like any module. Inside them an instance
+``__getstate__`` leaves the intercepts out of the module's pickled and copied
+state (Lightning's own drops the trainer), so ``torch.save(self)`` or
+``copy.deepcopy(self)`` in a hook never drags the operator along.
 
 Attaching is re-entrant (a commit taken between batches saves the module's
 checkpoint hooks inside ``train()``) and assumes one thread drives the
@@ -16,6 +19,7 @@ operator at a time, which the runner guarantees.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Optional
 
 import torch
@@ -34,6 +38,14 @@ CLIP_ALGORITHMS = ("norm", "value")
 
 def unwrap(optimizer: Any) -> Any:
     return optimizer.optimizer if isinstance(optimizer, OperatorOptimizer) else optimizer
+
+
+def _state_without_intercepts(module: torch.nn.Module) -> Any:
+    """The class's ``__getstate__`` (Lightning's drops the trainer) minus raysgd's intercepts."""
+    state = type(module).__getstate__(module)
+    if isinstance(state, dict):
+        state = {k: v for k, v in state.items() if k not in INTERCEPTED and k != "__getstate__"}
+    return state
 
 
 class ModuleSession:
@@ -63,9 +75,12 @@ class ModuleSession:
         self.module.trainer = self.stub
         for name in INTERCEPTED:
             vars(self.module)[name] = getattr(self, name)
+        # pickle, copy and deepcopy look __getstate__ up on the instance first.
+        vars(self.module)["__getstate__"] = functools.partial(_state_without_intercepts,
+                                                              self.module)
 
     def _detach(self) -> None:
-        for name in INTERCEPTED:
+        for name in (*INTERCEPTED, "__getstate__"):
             vars(self.module).pop(name, None)
         self.module.trainer = None
 
@@ -87,10 +102,7 @@ class ModuleSession:
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        if self.module.automatic_optimization:
-            raise ConfigError("self.manual_backward(loss) is for manual optimization: set "
-                              "self.automatic_optimization = False in __init__, or return the "
-                              "loss from training_step and let raysgd step.")
+        self._op.optimization.check_manual_backward()  # the mode read once at set-up
         self.module.on_before_backward(loss)
         self.backward(loss, *args, **kwargs)
         self.module.on_after_backward()

@@ -1,8 +1,10 @@
 """One batch of a LightningModule: automatic or manual optimization, or validation.
 
-Each function returns ``(metrics, outputs)``: the batch's raysgd metrics
+Each step function returns ``(metrics, outputs)``: the batch's raysgd metrics
 (``train_loss``, scalar entries of the step's dict, ``num_samples``) and the
-step's output as Lightning hands it to ``on_*_batch_end``.
+step's output as Lightning hands it to ``on_*_batch_end``. :data:`AUTOMATIC`
+and :data:`MANUAL` are the two optimization modes; the operator picks one
+(:func:`optimization_of`) once the module's setup hooks ran.
 """
 from __future__ import annotations
 
@@ -36,13 +38,19 @@ def batch_size_of(batch: Any) -> Optional[int]:
     return None
 
 
-def split_output(output: Any, hook: str) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
+def split_output(output: Any, hook: str,
+                 automatic: bool = False) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
     """``(loss or None, other entries)`` of what a step returned."""
     if output is None:
         return None, {}
     if isinstance(output, torch.Tensor):
         return output, {}
     if isinstance(output, Mapping):
+        if automatic and output.get("loss") is None:  # Lightning 2.x raises here too
+            raise ConfigError(
+                f"{hook} returned a dict without a 'loss' (keys: {sorted(map(str, output))}); "
+                "with automatic optimization the dict must hold the loss to backpropagate: "
+                "return {'loss': loss, ...}, or return None to skip the batch.")
         extras = {k: v for k, v in output.items() if k != "loss"}
         return output.get("loss"), extras
     raise ConfigError(f"{hook} must return a loss tensor, a dict with 'loss', or None; got "
@@ -70,22 +78,30 @@ def automatic_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
     """Lightning's automatic optimization, with raysgd's precision, clipping and accumulation.
 
     ``optimizer_step(epoch, batch_idx, optimizer, closure)`` is the module's
-    hook (an override, e.g. for warm-up, is honoured); the closure zeroes the
-    gradients, runs ``training_step`` through the DDP-wrapped dispatcher for
-    each micro-batch and does the backward passes.
+    hook (an override, e.g. for warm-up, is honoured); the closure runs
+    ``training_step`` through the DDP-wrapped dispatcher for each micro-batch,
+    zeroes the gradients after the first one (Lightning's order:
+    ``training_step``, ``on_before_zero_grad``, ``optimizer_zero_grad``,
+    backward) and does the backward passes.
     """
     module, optimizer = op.get_model(), op.lightning_optimizers[0]
     ran: Dict[str, Any] = {}
 
     def closure():
-        module.on_before_zero_grad(optimizer.optimizer)
-        module.optimizer_zero_grad(op.current_epoch, batch_idx, optimizer.optimizer)
         total, samples, extras, output = 0.0, 0, {}, None
-        for piece, weight in op.micro_batches(batch):
+        for index, (piece, weight) in enumerate(op.micro_batches(batch)):
             with op.autocast():
                 output = op._models[0](*_args(piece, batch_idx, op.step_takes_idx))
-            loss, piece_extras = split_output(output, "training_step")
+            loss, piece_extras = split_output(output, "training_step", automatic=True)
+            if index == 0:
+                module.on_before_zero_grad(optimizer.optimizer)
+                module.optimizer_zero_grad(op.current_epoch, batch_idx, optimizer.optimizer)
             if loss is None:
+                if op.world_size > 1:  # the other ranks would wait in the gradient all-reduce
+                    raise ConfigError(
+                        "training_step returned None with several workers; Lightning 2.x does "
+                        "not support skipping a step in distributed training either. Return a "
+                        "loss (e.g. loss * 0 to make the batch count for nothing).")
                 ran.update(output=output, skipped=True)
                 return None
             module.on_before_backward(loss)
@@ -147,3 +163,55 @@ def validation_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
                           f"{type(output).__name__}.")
     metrics.setdefault(NUM_SAMPLES, batch_size_of(batch) or 1)
     return metrics, output
+
+
+class Automatic:
+    """Lightning's automatic optimization: raysgd steps the one optimizer every batch."""
+
+    automatic = True
+    run = staticmethod(automatic_step)
+
+    def check_settings(self, settings: Any) -> None:
+        """accumulate_steps and clip_grad_norm both apply."""
+
+    def clip(self, module: Any, optimizer: Any, clip_value: Optional[float]) -> None:
+        module.configure_gradient_clipping(optimizer, clip_value,
+                                           None if clip_value is None else "norm")
+
+    def check_manual_backward(self) -> None:
+        raise ConfigError("self.manual_backward(loss) is for manual optimization: set "
+                          "self.automatic_optimization = False in __init__, or return the "
+                          "loss from training_step and let raysgd step.")
+
+
+class Manual:
+    """``automatic_optimization = False``: ``training_step`` steps its optimizers itself."""
+
+    automatic = False
+    run = staticmethod(manual_step)
+
+    def check_settings(self, settings: Any) -> None:
+        if settings.accumulate_steps > 1:
+            raise ConfigError(
+                f"accumulate_steps={settings.accumulate_steps} splits batches for automatic "
+                "optimization; with automatic_optimization = False accumulate in training_step "
+                "(call opt.step() every k batches), as Lightning requires.")
+        if settings.clip_grad_norm is not None:
+            raise ConfigError(
+                "clip_grad_norm applies to automatic optimization; with automatic_optimization "
+                "= False call self.clip_gradients(opt, gradient_clip_val=..., "
+                "gradient_clip_algorithm='norm') before opt.step(), as Lightning requires.")
+
+    def clip(self, module: Any, optimizer: Any, clip_value: Optional[float]) -> None:
+        """The user clips with self.clip_gradients, as in Lightning."""
+
+    def check_manual_backward(self) -> None:
+        """manual_backward is what manual optimization uses."""
+
+
+AUTOMATIC, MANUAL = Automatic(), Manual()
+
+
+def optimization_of(module: Any) -> Any:
+    """The module's mode, read once (after ``setup`` / ``configure_model``, which may set it)."""
+    return AUTOMATIC if module.automatic_optimization else MANUAL

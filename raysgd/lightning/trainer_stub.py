@@ -145,7 +145,9 @@ class TrainerStub:
 
     @property
     def accumulate_grad_batches(self) -> int:
-        return self._op._context.settings.accumulate_steps
+        """1: raysgd steps the optimizer once per batch. ``accumulate_steps=k`` splits each
+        batch into k micro-batches inside that one step, so no batch is ever accumulated."""
+        return 1
 
     @property
     def gradient_clip_val(self):
