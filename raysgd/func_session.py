@@ -34,22 +34,31 @@ def is_distributed_trainable() -> bool:
     return _active is not None
 
 
-def accepts_checkpoint_dir(func: Callable) -> bool:
-    """Checks ``func(config)`` or ``func(config, checkpoint_dir=None)``; says which."""
+def checkpoint_call(func: Callable) -> Callable[[Dict[str, Any], Optional[str]], Any]:
+    """How to call ``func`` with ``(config, checkpoint_dir)``: ``func(config)``,
+    ``func(config, checkpoint_dir)`` or ``func(config, *, checkpoint_dir)``.
+
+    Raises ConfigError, on the driver, for a signature that cannot be called so.
+    """
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{func!r} is not a function raysgd can inspect: {exc}") from exc
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in positional if p.default is p.empty]
-    takes_dir = any(p.name == "checkpoint_dir" for p in params) or len(positional) >= 2
-    if not positional or len(required) > 2 or len(positional) > 2 \
+    keyword_only = {p.name: p for p in params if p.kind == p.KEYWORD_ONLY}
+    needs_other = [name for name, p in keyword_only.items()
+                   if p.default is p.empty and name != "checkpoint_dir"]
+    if not positional or len(positional) > 2 or needs_other \
             or (len(positional) == 2 and positional[1].name not in ("checkpoint_dir", "checkpoint")):
         raise ConfigError(
             f"A function trainable must look like func(config) or func(config, "
             f"checkpoint_dir=None); {getattr(func, '__name__', func)} takes "
             f"{inspect.signature(func)}.")
-    return takes_dir
+    if len(positional) == 2:
+        return lambda config, path: func(config, path)
+    if "checkpoint_dir" in keyword_only:
+        return lambda config, path: func(config, checkpoint_dir=path)
+    return lambda config, path: func(config)
 
 
 class _Finished:
@@ -96,10 +105,7 @@ class FunctionSession:
         _active = self
         finished = _Finished()
         try:
-            if accepts_checkpoint_dir(self.func):
-                self.func(self.config, self.loaded_checkpoint_dir)
-            else:
-                self.func(self.config)
+            checkpoint_call(self.func)(self.config, self.loaded_checkpoint_dir)
         except BaseException as exc:  # noqa: BLE001 - handed to the driver's call
             finished = _Finished(exc)
         _active = None

@@ -25,7 +25,7 @@ from raysgd.constants import NCCL_TIMEOUT_S
 from raysgd.dirblob import pack_dir, unpack_dir
 from raysgd.errors import ConfigError
 from raysgd.func_operator import FunctionOperator
-from raysgd.func_session import accepts_checkpoint_dir
+from raysgd.func_session import checkpoint_call
 from raysgd.placement import Reservation
 from raysgd.trainer import TorchTrainer
 
@@ -169,7 +169,7 @@ def DistributedTrainableCreator(func: Callable, num_workers: int = 1,  # noqa: N
     """
     if not callable(func):
         raise ConfigError(f"DistributedTrainableCreator needs a training function, got {func!r}.")
-    accepts_checkpoint_dir(func)  # raises on a signature Tune could not call
+    checkpoint_call(func)  # raises on a signature raysgd could not call
     if backend not in ("gloo", "nccl", "auto"):
         raise ConfigError(f"backend must be 'gloo', 'nccl' or 'auto', got {backend!r}.")
     gpu = _check_gpus(use_gpu, num_gpus_per_worker)

@@ -6,32 +6,28 @@ import pytest
 
 from raysgd.dirblob import pack_dir, unpack_dir
 from raysgd.errors import ConfigError
-from raysgd.func_session import (FunctionSession, accepts_checkpoint_dir, current_session,
+from raysgd.func_session import (FunctionSession, checkpoint_call, current_session,
                                  distributed_checkpoint, distributed_checkpoint_dir)
 
 
-def with_dir(config, checkpoint_dir=None):
-    pass
+def keyword_dir(config, *, checkpoint_dir=None):
+    return checkpoint_dir
 
 
-def without_dir(config):
-    pass
+@pytest.mark.parametrize("func, passed", [
+    (lambda config, checkpoint_dir=None: checkpoint_dir, "/ckpt"),
+    (lambda config: "no dir", "no dir"),
+    (lambda config, checkpoint=False: checkpoint, "/ckpt"),  # Ray 0.8's name
+    (keyword_dir, "/ckpt")])
+def test_accepted_signatures_get_the_directory_when_they_take_it(func, passed):
+    assert checkpoint_call(func)({}, "/ckpt") == passed
 
 
-def ray_08(config, checkpoint=False):
-    pass
-
-
-@pytest.mark.parametrize("func, takes", [(with_dir, True), (without_dir, False), (ray_08, True),
-                                         (lambda config, checkpoint_dir: None, True)])
-def test_accepted_signatures(func, takes):
-    assert accepts_checkpoint_dir(func) is takes
-
-
-@pytest.mark.parametrize("func", [lambda: None, lambda a, b, c: None, lambda config, other: None])
+@pytest.mark.parametrize("func", [lambda: None, lambda a, b, c: None, lambda config, other: None,
+                                  lambda config, *, other: None])
 def test_refused_signatures_say_what_is_expected(func):
     with pytest.raises(ConfigError, match=r"func\(config\) or func\(config, checkpoint_dir"):
-        accepts_checkpoint_dir(func)
+        checkpoint_call(func)
 
 
 def test_session_runs_the_function_in_lockstep():
