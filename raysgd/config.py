@@ -68,6 +68,13 @@ def check_placement_strategy(strategy: Any) -> str:
     return strategy
 
 
+def check_num_gpus_per_worker(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
+        raise ConfigError(f"num_gpus_per_worker must be a positive number (the GPUs each worker "
+                          f"reserves with use_gpu), got {value!r}.")
+    return float(value)
+
+
 def check_max_retries(max_retries: Any) -> None:
     if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(
             max_retries, numbers.Integral) or max_retries < 0):
@@ -99,6 +106,7 @@ class WorkerSettings:
     use_tqdm: Union[bool, str] = False  # drawn on the driver (raysgd.progress)
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
+    num_gpus_per_worker: float = 1  # reserved per worker when use_gpu
     commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
     clip_grad_norm: Optional[float] = None  # the default train_batch clips to this norm
     accumulate_steps: int = 1  # the default train_batch splits each batch into this many
@@ -119,6 +127,7 @@ class WorkerSettings:
         if not isinstance(self.num_cpus_per_worker, numbers.Real) or self.num_cpus_per_worker <= 0:
             raise ConfigError(
                 f"num_cpus_per_worker must be positive, got {self.num_cpus_per_worker!r}.")
+        check_num_gpus_per_worker(self.num_gpus_per_worker)
         if self.clip_grad_norm is not None and (
                 isinstance(self.clip_grad_norm, bool)
                 or not isinstance(self.clip_grad_norm, numbers.Real) or self.clip_grad_norm <= 0):

@@ -20,7 +20,7 @@ from ray.train._internal.session import _TrainingResult
 from ray.tune.result import DONE, RESULT_DUPLICATE, SHOULD_CHECKPOINT
 from ray.util import get_current_placement_group
 
-from raysgd.config import check_num_workers, check_placement_strategy
+from raysgd.config import check_num_gpus_per_worker, check_num_workers, check_placement_strategy
 from raysgd.constants import NCCL_TIMEOUT_S
 from raysgd.dirblob import pack_dir, unpack_dir
 from raysgd.errors import ConfigError
@@ -49,7 +49,7 @@ class FunctionTrainable(tune.Trainable):
     _function: Optional[Callable] = None
     _num_workers = 1
     _num_cpus_per_worker = 1.0
-    _use_gpu = False
+    _num_gpus_per_worker = 0.0
     _backend = "gloo"
     _timeout_s: float = NCCL_TIMEOUT_S
     _placement_strategy = "PACK"
@@ -57,8 +57,8 @@ class FunctionTrainable(tune.Trainable):
     @classmethod
     def default_resource_request(cls, config: Dict[str, Any]) -> tune.PlacementGroupFactory:
         worker = {"CPU": float(cls._num_cpus_per_worker)}
-        if cls._use_gpu:
-            worker["GPU"] = 1.0
+        if cls._num_gpus_per_worker:
+            worker["GPU"] = cls._num_gpus_per_worker
         # The trial's own actor only waits on the workers: an empty head bundle, as in Ray 1.x.
         return tune.PlacementGroupFactory([{}] + [dict(worker) for _ in range(cls._num_workers)],
                                           strategy=cls._placement_strategy)
@@ -77,7 +77,9 @@ class FunctionTrainable(tune.Trainable):
             count = self._num_workers
             reservation = Reservation(group, len(group.bundle_specs) - count, count)
         return TorchTrainer(FunctionOperator, config=dict(config), num_workers=self._num_workers,
-                            num_cpus_per_worker=self._num_cpus_per_worker, use_gpu=self._use_gpu,
+                            num_cpus_per_worker=self._num_cpus_per_worker,
+                            use_gpu=self._num_gpus_per_worker > 0,
+                            num_gpus_per_worker=self._num_gpus_per_worker or 1,
                             backend=self._backend, timeout_s=self._timeout_s,
                             placement_strategy=self._placement_strategy,
                             checkpoint_every_n_steps=None, _reservation=reservation)
@@ -134,13 +136,13 @@ class FunctionTrainable(tune.Trainable):
             trainer.shutdown()
 
 
-def _check_gpus(use_gpu: Any, num_gpus_per_worker: Any) -> bool:
+def _gpus_per_worker(use_gpu: Any, num_gpus_per_worker: Any) -> float:
+    """GPUs each worker reserves: ``num_gpus_per_worker``, or 1 for Ray 0.8's ``use_gpu=True``."""
     if use_gpu not in (None, True, False):
         raise ConfigError(f"use_gpu must be True or False, got {use_gpu!r}.")
-    if num_gpus_per_worker not in (0, 1):
-        raise ConfigError(f"num_gpus_per_worker={num_gpus_per_worker!r}: raysgd gives each "
-                          "worker one GPU or none; pass 0 or 1 (or use_gpu=True).")
-    return bool(use_gpu) or num_gpus_per_worker == 1
+    if num_gpus_per_worker == 0:
+        return 1.0 if use_gpu else 0.0
+    return check_num_gpus_per_worker(num_gpus_per_worker)
 
 
 def _strategy(num_workers_per_host: Optional[int]) -> str:
@@ -172,12 +174,13 @@ def DistributedTrainableCreator(func: Callable, num_workers: int = 1,  # noqa: N
     checkpoint_call(func)  # raises on a signature raysgd could not call
     if backend not in ("gloo", "nccl", "auto"):
         raise ConfigError(f"backend must be 'gloo', 'nccl' or 'auto', got {backend!r}.")
-    gpu = _check_gpus(use_gpu, num_gpus_per_worker)
+    gpus = _gpus_per_worker(use_gpu, num_gpus_per_worker)
+    gpu = gpus > 0
     if backend == "nccl" and not gpu:
         raise ConfigError("backend='nccl' needs GPUs; pass use_gpu=True or backend='gloo'.")
     attributes = {
         "_function": staticmethod(func), "_num_workers": check_num_workers(num_workers),
-        "_num_cpus_per_worker": float(num_cpus_per_worker), "_use_gpu": gpu,
+        "_num_cpus_per_worker": float(num_cpus_per_worker), "_num_gpus_per_worker": gpus,
         "_backend": ("nccl" if gpu else "gloo") if backend == "auto" else backend,
         "_timeout_s": float(timeout_s),
         "_placement_strategy": check_placement_strategy(_strategy(num_workers_per_host))}

@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from raysgd import checkpoint as checkpoint_io
 from raysgd import placement
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
-                           check_commit_every, check_max_retries, check_num_steps,
+                           check_commit_every, check_max_retries, check_num_gpus_per_worker,
+                           check_num_steps,
                            check_num_workers, check_placement_strategy, check_removed_arguments,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
@@ -78,6 +79,7 @@ class TorchTrainer:
                  initialization_hook: Optional[Callable[[], Any]] = None,
                  config: Optional[Dict[str, Any]] = None, num_workers: int = 1,
                  num_cpus_per_worker: float = 1, use_gpu: Union[bool, str] = "auto",
+                 num_gpus_per_worker: float = 1,
                  backend: str = "auto", wrap_ddp: bool = True, timeout_s: Optional[float] = None,
                  use_fp16: Union[bool, str] = False, use_tqdm: Union[bool, str] = False,
                  apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
@@ -116,12 +118,12 @@ class TorchTrainer:
         self._placement_strategy = check_placement_strategy(placement_strategy)
         self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
-        use_gpu = self._resolve_gpu(use_gpu)
+        use_gpu = self._resolve_gpu(use_gpu, num_gpus_per_worker)
         self.settings = WorkerSettings(
             use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
-            num_cpus_per_worker=num_cpus_per_worker,
+            num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
             commit_every=check_commit_every(checkpoint_every_n_steps),
             clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
@@ -139,16 +141,18 @@ class TorchTrainer:
         self._supervisor.start()
 
     # ------------------------------------------------------------- set-up
-    def _resolve_gpu(self, use_gpu: Union[bool, str]) -> bool:
+    def _resolve_gpu(self, use_gpu: Union[bool, str], per_worker: float) -> bool:
         if use_gpu not in ("auto", True, False):
             raise ConfigError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}.")
         remote = self.num_workers - (1 if self.use_local else 0)
         if use_gpu is False:
             return False
         gpus = self._group_cls.cluster_gpus() if remote else _local_gpus()
-        if use_gpu is True and gpus < max(remote, 1):
-            raise ConfigError(f"use_gpu=True needs one GPU per worker ({self.num_workers}), but "
-                              f"the cluster has {gpus:g}. Pass use_gpu=False to train on CPUs.")
+        needed = remote * check_num_gpus_per_worker(per_worker) if remote else 1
+        if use_gpu is True and gpus < needed:
+            raise ConfigError(f"use_gpu=True needs {per_worker:g} GPU(s) per worker "
+                              f"({self.num_workers} workers), but the cluster has {gpus:g}. Pass "
+                              "use_gpu=False to train on CPUs.")
         return gpus > 0
 
     def _check_batch_size(self) -> Optional[int]:

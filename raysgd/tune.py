@@ -23,7 +23,8 @@ from raysgd.placement import Reservation
 from raysgd.trainer import TorchTrainer
 
 # Trainer arguments a trial's config may set (they shape the trial's resources).
-RESOURCE_KEYS = ("num_workers", "num_cpus_per_worker", "use_gpu", "use_local")
+RESOURCE_KEYS = ("num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "use_gpu",
+                 "use_local")
 CHECKPOINT_FILE = "raysgd_checkpoint.pt"
 CONFIG_FILE = "trial_config.json"
 DRIVER_BUNDLE = {"CPU": 1.0}
@@ -70,11 +71,12 @@ class BaseTorchTrainable(tune.Trainable):
         settings.update({key: config[key] for key in RESOURCE_KEYS if key in config})
         settings.setdefault("num_workers", 1)
         settings.setdefault("num_cpus_per_worker", 1)
+        settings.setdefault("num_gpus_per_worker", 1)
         settings.setdefault("use_local", False)
         if settings.get("use_gpu", "auto") == "auto":  # legacy crashed when it was absent
             remote = settings["num_workers"] - (1 if settings["use_local"] else 0)
             gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
-            settings["use_gpu"] = gpus >= max(remote, 1)
+            settings["use_gpu"] = gpus >= max(remote, 1) * settings["num_gpus_per_worker"]
         return settings
 
     @classmethod
@@ -82,7 +84,7 @@ class BaseTorchTrainable(tune.Trainable):
         settings = cls._settings(config)
         worker = {"CPU": float(settings["num_cpus_per_worker"])}
         if settings["use_gpu"]:
-            worker["GPU"] = 1.0
+            worker["GPU"] = float(settings["num_gpus_per_worker"])
         remote = settings["num_workers"] - (1 if settings["use_local"] else 0)
         head = dict(worker) if settings["use_local"] else dict(DRIVER_BUNDLE)
         strategy = cls._trainer_kwargs.get("placement_strategy", "PACK")

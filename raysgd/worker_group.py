@@ -123,7 +123,7 @@ class WorkerGroup:
     def _bundle(self) -> Dict[str, float]:
         bundle = {"CPU": float(self.settings.num_cpus_per_worker)}
         if self.settings.use_gpu:
-            bundle["GPU"] = 1.0
+            bundle["GPU"] = float(self.settings.num_gpus_per_worker)
         return bundle
 
     def _reserve(self) -> None:

@@ -167,7 +167,7 @@ def test_one_worker_still_gets_a_process_group(ray_cpus):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"num_gpus_per_worker": 2}, "one GPU or none"),
+    ({"num_gpus_per_worker": -1}, "num_gpus_per_worker must be a positive number"),
     ({"num_workers_per_host": 3}, "num_workers_per_host=3"),
     ({"backend": "nccl"}, "needs GPUs"),
     ({"num_workers": 0}, "num_workers"),
@@ -175,6 +175,16 @@ def test_one_worker_still_gets_a_process_group(ray_cpus):
 def test_bad_arguments_fail_before_any_worker(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         make(ranked_epochs, **kwargs)
+
+
+def test_resources_per_trial_follow_the_creator_arguments():
+    def bundles(**kwargs):
+        return make(ranked_epochs, **kwargs).default_resource_request({}).bundles
+
+    assert bundles()[-2:] == [{"CPU": 1.0}] * 2
+    assert bundles(num_gpus_per_worker=2, num_cpus_per_worker=2)[-2:] == [{"CPU": 2.0, "GPU": 2.0}] * 2
+    assert bundles(use_gpu=True)[-2:] == [{"CPU": 1.0, "GPU": 1.0}] * 2  # Ray 0.8's flag
+    assert make(ranked_epochs, num_workers_per_host=1)._placement_strategy == "STRICT_SPREAD"
 
 
 def test_bad_signature_is_a_value_error():

@@ -268,3 +268,23 @@ def test_enumerated_arguments_are_checked_before_ray_starts(kwargs, monkeypatch)
     monkeypatch.setattr(FakeWorkerGroup, "cluster_gpus", staticmethod(ray_would_start))
     with pytest.raises(ConfigError):
         TorchTrainer(LinearOperator, num_workers=2, _worker_group_cls=FakeWorkerGroup, **kwargs)
+
+
+def test_num_gpus_per_worker_shapes_the_bundle_and_is_checked_against_the_cluster(monkeypatch):
+    from raysgd.worker_group import WorkerGroup
+
+    monkeypatch.setattr(FakeWorkerGroup, "cluster_gpus", staticmethod(lambda: 4.0))
+    trainer = TorchTrainer(LinearOperator, num_workers=2, use_gpu=True, num_gpus_per_worker=2,
+                           _worker_group_cls=FakeWorkerGroup)
+    settings = FakeWorkerGroup.instances[-1].settings
+    assert settings.num_gpus_per_worker == 2
+    group = WorkerGroup(LinearOperator, lambda rank: {}, settings, 2)  # reserves nothing yet
+    assert group._bundle() == {"CPU": 1.0, "GPU": 2.0}
+    trainer.shutdown()
+    with pytest.raises(ConfigError, match=r"needs 3 GPU\(s\) per worker \(2 workers\), but the "
+                                          r"cluster has 4"):
+        TorchTrainer(LinearOperator, num_workers=2, use_gpu=True, num_gpus_per_worker=3,
+                     _worker_group_cls=FakeWorkerGroup)
+    with pytest.raises(ConfigError, match="num_gpus_per_worker must be a positive number"):
+        TorchTrainer(LinearOperator, num_workers=2, use_gpu=True, num_gpus_per_worker="two",
+                     _worker_group_cls=FakeWorkerGroup)

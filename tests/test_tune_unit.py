@@ -22,6 +22,8 @@ def test_the_trial_config_overrides_the_kwargs_and_use_local_makes_rank_0_the_he
                                           use_gpu=False)
     assert bundles(trainable, {"num_workers": 3, "use_local": True}) == [{"CPU": 1.0}] * 3
     assert bundles(trainable, {"use_gpu": True}) == [{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 1.0}] * 2
+    assert bundles(trainable, {"use_gpu": True, "num_gpus_per_worker": 2}) == \
+        [{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 2.0}] * 2
 
 
 def test_use_gpu_absent_means_no_gpu_without_a_cluster_that_has_them():
