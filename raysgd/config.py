@@ -75,6 +75,21 @@ def check_num_gpus_per_worker(value: Any) -> float:
     return float(value)
 
 
+def check_workers_per_host(workers_per_host: Any, strategy: str) -> str:
+    """The placement strategy for ``num_workers_per_host``: hosts must differ (STRICT_SPREAD)."""
+    if workers_per_host is None:
+        return strategy
+    if isinstance(workers_per_host, bool) or not isinstance(workers_per_host, numbers.Integral) \
+            or workers_per_host < 1:
+        raise ConfigError(f"num_workers_per_host must be an integer >= 1 or None, got "
+                          f"{workers_per_host!r}.")
+    if strategy not in ("PACK", "STRICT_SPREAD"):
+        raise ConfigError(f"num_workers_per_host={workers_per_host} places exactly that many "
+                          f"workers on each host (STRICT_SPREAD); placement_strategy="
+                          f"{strategy!r} contradicts it. Pass one of the two.")
+    return "STRICT_SPREAD"
+
+
 def check_max_retries(max_retries: Any) -> None:
     if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(
             max_retries, numbers.Integral) or max_retries < 0):

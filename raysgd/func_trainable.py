@@ -12,7 +12,7 @@ Imported only on demand: it imports Ray Tune.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 from ray import tune
@@ -20,13 +20,13 @@ from ray.train._internal.session import _TrainingResult
 from ray.tune.result import DONE, RESULT_DUPLICATE, SHOULD_CHECKPOINT
 from ray.util import get_current_placement_group
 
-from raysgd.config import check_num_gpus_per_worker, check_num_workers, check_placement_strategy
+from raysgd.config import check_num_gpus_per_worker, check_num_workers, check_workers_per_host
 from raysgd.constants import NCCL_TIMEOUT_S
 from raysgd.dirblob import pack_dir, unpack_dir
 from raysgd.errors import ConfigError
 from raysgd.func_operator import FunctionOperator
 from raysgd.func_session import checkpoint_call
-from raysgd.placement import Reservation
+from raysgd.placement import Reservation, host_bundles
 from raysgd.trainer import TorchTrainer
 
 logger = logging.getLogger("raysgd")
@@ -53,14 +53,19 @@ class FunctionTrainable(tune.Trainable):
     _backend = "gloo"
     _timeout_s: float = NCCL_TIMEOUT_S
     _placement_strategy = "PACK"
+    _num_workers_per_host: Optional[int] = None
 
     @classmethod
-    def default_resource_request(cls, config: Dict[str, Any]) -> tune.PlacementGroupFactory:
+    def _worker_bundles(cls) -> List[Dict[str, float]]:
         worker = {"CPU": float(cls._num_cpus_per_worker)}
         if cls._num_gpus_per_worker:
             worker["GPU"] = cls._num_gpus_per_worker
+        return host_bundles(worker, cls._num_workers, cls._num_workers_per_host)
+
+    @classmethod
+    def default_resource_request(cls, config: Dict[str, Any]) -> tune.PlacementGroupFactory:
         # The trial's own actor only waits on the workers: an empty head bundle, as in Ray 1.x.
-        return tune.PlacementGroupFactory([{}] + [dict(worker) for _ in range(cls._num_workers)],
+        return tune.PlacementGroupFactory([{}] + cls._worker_bundles(),
                                           strategy=cls._placement_strategy)
 
     def setup(self, config: Dict[str, Any]) -> None:
@@ -74,7 +79,7 @@ class FunctionTrainable(tune.Trainable):
         group = get_current_placement_group()
         reservation = None
         if group is not None:  # under Tune: the trial's last bundles (Ray drops an empty head)
-            count = self._num_workers
+            count = len(self._worker_bundles())
             reservation = Reservation(group, len(group.bundle_specs) - count, count)
         return TorchTrainer(FunctionOperator, config=dict(config), num_workers=self._num_workers,
                             num_cpus_per_worker=self._num_cpus_per_worker,
@@ -82,6 +87,7 @@ class FunctionTrainable(tune.Trainable):
                             num_gpus_per_worker=self._num_gpus_per_worker or 1,
                             backend=self._backend, timeout_s=self._timeout_s,
                             placement_strategy=self._placement_strategy,
+                            num_workers_per_host=self._num_workers_per_host,
                             checkpoint_every_n_steps=None, _reservation=reservation)
 
     def step(self) -> Dict[str, Any]:
@@ -145,15 +151,6 @@ def _gpus_per_worker(use_gpu: Any, num_gpus_per_worker: Any) -> float:
     return check_num_gpus_per_worker(num_gpus_per_worker)
 
 
-def _strategy(num_workers_per_host: Optional[int]) -> str:
-    if num_workers_per_host is None:
-        return "PACK"
-    if num_workers_per_host == 1:
-        return "STRICT_SPREAD"  # one worker on each host
-    raise ConfigError(f"num_workers_per_host={num_workers_per_host!r} is not supported; pass 1 "
-                      "(one worker per host) or None (pack workers onto as few hosts as fit).")
-
-
 def DistributedTrainableCreator(func: Callable, num_workers: int = 1,  # noqa: N802 - legacy name
                                 num_cpus_per_worker: float = 1, use_gpu: Optional[bool] = None,
                                 backend: str = "gloo", timeout_s: float = NCCL_TIMEOUT_S,
@@ -183,7 +180,8 @@ def DistributedTrainableCreator(func: Callable, num_workers: int = 1,  # noqa: N
         "_num_cpus_per_worker": float(num_cpus_per_worker), "_num_gpus_per_worker": gpus,
         "_backend": ("nccl" if gpu else "gloo") if backend == "auto" else backend,
         "_timeout_s": float(timeout_s),
-        "_placement_strategy": check_placement_strategy(_strategy(num_workers_per_host))}
+        "_num_workers_per_host": num_workers_per_host,
+        "_placement_strategy": check_workers_per_host(num_workers_per_host, "PACK")}
     name = f"Distributed{getattr(func, '__name__', 'Function').title().replace('_', '')}"
     return type(name, (FunctionTrainable,), attributes)
 

@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -84,6 +84,14 @@ class Reservation:
     group: PlacementGroup
     first_bundle: int
     size: int
+
+
+def host_bundles(worker: Dict[str, float], count: int,
+                 per_host: Optional[int] = None) -> List[Dict[str, float]]:
+    """Bundles for ``count`` workers: one each, or one per host holding ``per_host`` of them."""
+    per = per_host or 1
+    return [{key: amount * per for key, amount in worker.items()}
+            for _ in range(-(-count // per))]
 
 
 def reserve(bundle: Dict[str, float], count: int, timeout_s: float,

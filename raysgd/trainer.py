@@ -13,8 +13,8 @@ from raysgd import checkpoint as checkpoint_io
 from raysgd import placement
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
                            check_commit_every, check_max_retries, check_num_gpus_per_worker,
-                           check_num_steps,
-                           check_num_workers, check_placement_strategy, check_removed_arguments,
+                           check_num_steps, check_num_workers, check_placement_strategy,
+                           check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
 from raysgd.errors import ConfigError, TrainerShutdownError
@@ -88,7 +88,7 @@ class TorchTrainer:
                  min_workers: int = 1, failure_config: Optional[FailureConfig] = None,
                  clip_grad_norm: Optional[float] = None, accumulate_steps: int = 1,
                  placement_timeout_s: Optional[float] = None,
-                 placement_strategy: str = "PACK",
+                 placement_strategy: str = "PACK", num_workers_per_host: Optional[int] = None,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  num_replicas=None, batch_size=None, data_loader_args=None,
@@ -115,7 +115,9 @@ class TorchTrainer:
         self._group_cls = _worker_group_cls
         self._reservation = _reservation  # bundles reserved by a Tune trial (raysgd.tune)
         check_choices(scheduler_step_freq, backend, use_fp16)  # before Ray starts for GPUs
-        self._placement_strategy = check_placement_strategy(placement_strategy)
+        self._placement_strategy = check_workers_per_host(
+            num_workers_per_host, check_placement_strategy(placement_strategy))
+        self._workers_per_host = num_workers_per_host
         self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu, num_gpus_per_worker)
@@ -181,7 +183,8 @@ class TorchTrainer:
         return self._group_cls(self.operator_cls, lambda rank: dict(config), self.settings, count,
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
                                placement_timeout_s=timeout, reservation=self._reservation,
-                               placement_strategy=self._placement_strategy)
+                               placement_strategy=self._placement_strategy,
+                               workers_per_host=self._workers_per_host)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,

@@ -18,8 +18,9 @@ import ray
 from ray import tune
 from ray.util import get_current_placement_group
 
+from raysgd.config import check_workers_per_host
 from raysgd.errors import ConfigError
-from raysgd.placement import Reservation
+from raysgd.placement import Reservation, host_bundles
 from raysgd.trainer import TorchTrainer
 
 # Trainer arguments a trial's config may set (they shape the trial's resources).
@@ -87,8 +88,11 @@ class BaseTorchTrainable(tune.Trainable):
             worker["GPU"] = float(settings["num_gpus_per_worker"])
         remote = settings["num_workers"] - (1 if settings["use_local"] else 0)
         head = dict(worker) if settings["use_local"] else dict(DRIVER_BUNDLE)
-        strategy = cls._trainer_kwargs.get("placement_strategy", "PACK")
-        return tune.PlacementGroupFactory([head] + [dict(worker)] * remote, strategy=strategy)
+        per_host = cls._trainer_kwargs.get("num_workers_per_host")
+        strategy = check_workers_per_host(per_host,
+                                          cls._trainer_kwargs.get("placement_strategy", "PACK"))
+        return tune.PlacementGroupFactory([head] + host_bundles(worker, remote, per_host),
+                                          strategy=strategy)
 
     # ------------------------------------------------------------ trial
     def setup(self, config: Dict[str, Any]) -> None:

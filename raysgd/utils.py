@@ -4,7 +4,7 @@ from raysgd.constants import BATCH_SIZE
 from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
 from raysgd.report import pretty_print
 from raysgd.timers import TimerCollection, TimerStat
-from raysgd.worker_group import check_for_failure
+from raysgd.watch import check_for_failure
 
 
 def override(interface_class):

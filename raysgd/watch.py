@@ -6,16 +6,17 @@ answers to the previous health checks and asks again, and raises
 standing ``next_commit`` request per remote rank (see :mod:`raysgd.handoff`);
 the driver wakes as soon as one is answered, and a commit moves forward once
 every rank handed over the same step. The same progress reports feed the
-driver's progress bar (see :mod:`raysgd.progress`).
+driver's progress bar (see :mod:`raysgd.progress`). Also the legacy
+``check_for_failure``.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayActorError, RayError
 
 from raysgd.handoff import CommitAssembler
 from raysgd.health import Commit, HealthMonitor
@@ -143,3 +144,20 @@ class CallWatch:
                 header, snapshot = actor.next_commit.remote(self.assembler.after(rank),
                                                             COMMIT_POLL_S, self.ticket)
                 self._polls[header] = (rank, snapshot)
+
+
+def check_for_failure(remote_values: Sequence[Any]) -> bool:
+    """Wait for every reference; False (and the error logged) if an actor died.
+
+    Ray 1.12's ``ray.util.sgd.utils.check_for_failure``; an error raised by the
+    task itself still propagates.
+    """
+    unfinished = list(remote_values)
+    try:
+        while unfinished:
+            finished, unfinished = ray.wait(unfinished)
+            ray.get(finished)
+        return True
+    except RayActorError as exc:
+        logger.exception("raysgd: %s", exc)
+        return False

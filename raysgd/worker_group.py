@@ -37,23 +37,6 @@ FAILURE_GRACE_S = 1.0
 POLL_S = 0.1  # how often a monitored call checks health
 
 
-def check_for_failure(remote_values: Sequence[Any]) -> bool:
-    """Wait for every reference; False (and the error logged) if an actor died.
-
-    Ray 1.12's ``ray.util.sgd.utils.check_for_failure``; an error raised by the
-    task itself still propagates.
-    """
-    unfinished = list(remote_values)
-    try:
-        while unfinished:
-            finished, unfinished = ray.wait(unfinished)
-            ray.get(finished)
-        return True
-    except RayActorError as exc:
-        logger.exception("raysgd: %s", exc)
-        return False
-
-
 class WorkerGroup:
     """Starts, drives and stops the workers of one trainer."""
 
@@ -62,7 +45,7 @@ class WorkerGroup:
                  initialization_hook: Optional[Callable] = None,
                  placement_timeout_s: float = 100.0,
                  reservation: Optional[placement.Reservation] = None,
-                 placement_strategy: str = "PACK"):
+                 placement_strategy: str = "PACK", workers_per_host: Optional[int] = None):
         self.operator_cls = operator_cls
         self.config_for_rank = config_for_rank
         self.settings = settings
@@ -71,6 +54,8 @@ class WorkerGroup:
         self.initialization_hook = initialization_hook
         self.placement_timeout_s = placement_timeout_s
         self.placement_strategy = placement_strategy  # ignored inside a reservation
+        # k workers per host: one bundle of k workers' resources per host (STRICT_SPREAD).
+        self.workers_per_bundle = workers_per_host or 1
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
         self.reservation = reservation
@@ -126,24 +111,28 @@ class WorkerGroup:
             bundle["GPU"] = float(self.settings.num_gpus_per_worker)
         return bundle
 
+    def _bundles(self) -> List[Dict[str, float]]:
+        return placement.host_bundles(self._bundle(), self.num_remote, self.workers_per_bundle)
+
     def _reserve(self) -> None:
         placement.ensure_ray()
+        bundles = self._bundles()
         if self.reservation is not None:
-            if self.num_remote > self.reservation.size:
+            if len(bundles) > self.reservation.size:
                 raise ResourcesUnavailableError(
                     f"{self.num_remote} worker(s) do not fit the {self.reservation.size} bundle(s) "
                     "reserved for them.")
             self._first_bundle = self.reservation.first_bundle
             return
-        placement.check_can_ever_place(self._bundle(), self.num_remote, self.placement_strategy)
-        self._pg = placement.reserve(self._bundle(), self.num_remote, self.placement_timeout_s,
+        placement.check_can_ever_place(bundles[0], len(bundles), self.placement_strategy)
+        self._pg = placement.reserve(bundles[0], len(bundles), self.placement_timeout_s,
                                      self.placement_strategy)
 
     def _new_actor(self, index: int):
         bundle = self._bundle()
         group = self.reservation.group if self.reservation is not None else self._pg
         strategy = PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=self._first_bundle + index)
+            group, placement_group_bundle_index=self._first_bundle + index // self.workers_per_bundle)
         return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
                                      scheduling_strategy=strategy).remote()
 
@@ -386,7 +375,7 @@ class WorkerGroup:
             self._threads.shutdown(wait=False, cancel_futures=True)
             self._threads = None
         if self._pg is not None:
-            freed = {key: amount * self.num_remote for key, amount in self._bundle().items()}
+            freed = {key: sum(b[key] for b in self._bundles()) for key in self._bundle()}
             placement.release(self._pg, {k: available.get(k, 0.0) + v for k, v in freed.items()}
                               if wait_for_release else None)
             self._pg = None

@@ -168,7 +168,7 @@ def test_one_worker_still_gets_a_process_group(ray_cpus):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"num_gpus_per_worker": -1}, "num_gpus_per_worker must be a positive number"),
-    ({"num_workers_per_host": 3}, "num_workers_per_host=3"),
+    ({"num_workers_per_host": 0}, "num_workers_per_host must be an integer >= 1"),
     ({"backend": "nccl"}, "needs GPUs"),
     ({"num_workers": 0}, "num_workers"),
 ])
@@ -185,6 +185,8 @@ def test_resources_per_trial_follow_the_creator_arguments():
     assert bundles(num_gpus_per_worker=2, num_cpus_per_worker=2)[-2:] == [{"CPU": 2.0, "GPU": 2.0}] * 2
     assert bundles(use_gpu=True)[-2:] == [{"CPU": 1.0, "GPU": 1.0}] * 2  # Ray 0.8's flag
     assert make(ranked_epochs, num_workers_per_host=1)._placement_strategy == "STRICT_SPREAD"
+    # Two workers per host: one bundle holding both, on distinct hosts.
+    assert bundles(num_workers=4, num_workers_per_host=2)[-2:] == [{"CPU": 2.0}] * 2
 
 
 def test_bad_signature_is_a_value_error():

@@ -20,7 +20,7 @@ class FakeWorkerGroup:
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
                  initialization_hook=None, placement_timeout_s=60.0, reservation=None,
-                 placement_strategy="PACK"):
+                 placement_strategy="PACK", workers_per_host=None):
         self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None
@@ -288,3 +288,18 @@ def test_num_gpus_per_worker_shapes_the_bundle_and_is_checked_against_the_cluste
     with pytest.raises(ConfigError, match="num_gpus_per_worker must be a positive number"):
         TorchTrainer(LinearOperator, num_workers=2, use_gpu=True, num_gpus_per_worker="two",
                      _worker_group_cls=FakeWorkerGroup)
+
+
+def test_num_workers_per_host_reserves_one_bundle_per_host():
+    from raysgd.config import WorkerSettings
+    from raysgd.worker_group import WorkerGroup
+
+    group = WorkerGroup(LinearOperator, lambda rank: {}, WorkerSettings(), 5, workers_per_host=2)
+    assert group._bundles() == [{"CPU": 2.0}] * 3  # the last host holds one worker
+    trainer = TorchTrainer(LinearOperator, num_workers=4, num_workers_per_host=2,
+                           _worker_group_cls=FakeWorkerGroup)
+    assert trainer._placement_strategy == "STRICT_SPREAD"
+    trainer.shutdown()
+    with pytest.raises(ConfigError, match="contradicts"):
+        TorchTrainer(LinearOperator, num_workers=4, num_workers_per_host=2,
+                     placement_strategy="SPREAD", _worker_group_cls=FakeWorkerGroup)

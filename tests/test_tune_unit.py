@@ -26,6 +26,14 @@ def test_the_trial_config_overrides_the_kwargs_and_use_local_makes_rank_0_the_he
         [{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 2.0}] * 2
 
 
+def test_num_workers_per_host_asks_tune_for_one_bundle_per_host():
+    trainable = TorchTrainer.as_trainable(training_operator_cls=LinearOperator, num_workers=4,
+                                          use_gpu=False, num_workers_per_host=2)
+    request = trainable.default_resource_request({})
+    assert request.bundles == [{"CPU": 1.0}, {"CPU": 2.0}, {"CPU": 2.0}]
+    assert request.strategy == "STRICT_SPREAD"
+
+
 def test_use_gpu_absent_means_no_gpu_without_a_cluster_that_has_them():
     trainable = TorchTrainer.as_trainable(training_operator_cls=LinearOperator)
     assert bundles(trainable) == [{"CPU": 1.0}, {"CPU": 1.0}]
