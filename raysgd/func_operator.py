@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from typing import Any, Callable, Dict, Optional
 
 import torch.distributed as dist
@@ -53,6 +54,8 @@ class FunctionOperator(TrainingOperator):
         if checkpoint is not None:
             self._restored_dir = unpack_dir(func_hooks.fetch(checkpoint),
                                             tempfile.mkdtemp(prefix="raysgd_restored_"))
+            # Deleted with the operator (the runner drops it at shutdown) or at exit.
+            weakref.finalize(self, shutil.rmtree, self._restored_dir, True)
         if not dist.is_initialized():
             # Ray 1.x gave a one-worker trial a process group too, so DDP(model) works.
             distributed.init_single_process_group(self._context.settings.backend)

@@ -28,6 +28,7 @@ def ranked_epochs(config, checkpoint_dir=None):
                 handle.write(str(epoch))
         tune.report({"epoch": epoch, "rank": dist.get_rank(), "world": int(total.item()),
                      "distributed": is_distributed_trainable(), "resumed_from": start,
+                     "checkpoint_dir": checkpoint_dir,
                      "worker_pid": os.getpid()})
 
 
@@ -116,6 +117,7 @@ def test_save_then_restore_into_a_new_trainable(ray_cpus):
         assert (result["epoch"], result["resumed_from"]) == (2, 2)
     finally:
         second.stop()
+    assert not os.path.exists(result["checkpoint_dir"])  # the workers' copy goes with them
 
 
 def test_restore_into_a_running_trainable_restarts_from_the_checkpoint(ray_cpus):
