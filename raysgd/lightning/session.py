@@ -133,11 +133,11 @@ class ModuleSession:
                               f"use one of {list(CLIP_ALGORITHMS)}.")
         optimizer = unwrap(optimizer)
         self._op.sync_gradients(optimizer)
-        self._op.unscale_(optimizer)
         params = [p for p in ddp.optimizer_params(optimizer) if p.grad is not None]
-        if algorithm == "norm":
-            torch.nn.utils.clip_grad_norm_(params, float(value))
+        if algorithm == "norm":  # the operator's helper: unscales, then clips
+            self._op.clip_grad_norm_(params, float(value))
         else:
+            self._op.unscale_(optimizer)
             torch.nn.utils.clip_grad_value_(params, float(value))
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
