@@ -179,6 +179,10 @@ class WorkerRunner:
         snap = self.snapshot()
         return {"step": snap["step"], "call_done": 0}, snap
 
+    def epochs_done(self) -> int:
+        """Passes over the train loader finished (the trainer's ``epoch``)."""
+        return self._passes.completed
+
     def update_scheduler(self, metric: Any) -> None:
         for scheduler in self.operator._schedulers:
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):

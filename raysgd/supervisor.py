@@ -50,8 +50,11 @@ class RecoveryStats:
 
 class Supervisor:
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
-                 policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0):
+                 policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
+                 on_commit: Optional[Callable[[Commit, bool], None]] = None):
         self.make_group = make_group
+        # Told of every new commit (and whether it was taken inside a train() call).
+        self.on_commit = on_commit or (lambda commit, in_epoch: None)
         self.target = num_workers
         self.policy = policy
         self.timeout_s = timeout_s
@@ -62,9 +65,20 @@ class Supervisor:
         self.commit: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
 
-    def start(self) -> None:
+    def start(self, resume_from: Optional[Tuple[int, List[dict]]] = None) -> None:
+        """Start the workers, at ``resume_from`` = (step, snapshot dicts) when given."""
         self.group, self.capabilities = self._launch(self.target, recovering=False)
-        self.commit = self.group.snapshot()
+        if resume_from is None:
+            self.commit = self.group.snapshot()
+            return
+        step, snapshots = resume_from
+        commit = Commit(step, 0, len(snapshots), [self.group.put(snap) for snap in snapshots])
+        try:
+            self.group.restore(commit)
+        except BaseException:
+            self.shutdown(force=True)
+            raise
+        self.commit = commit
 
     def _launch(self, count: int, recovering: bool):
         group = self.make_group(count, recovering)
@@ -90,7 +104,7 @@ class Supervisor:
             except BaseException as error:
                 self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch))
                 raise
-        self.commit = commit
+        self._moved(commit, in_epoch=False)
         self._note_recovery_time(headers[0]["first_step_wall"])
         return [header["metrics"] for header in headers]
 
@@ -109,7 +123,7 @@ class Supervisor:
                 result = self.group.execute(method, *args, abort_on_failure=abort_on_failure,
                                             watch=watch)
                 if mutates:
-                    self.commit = self.group.snapshot()
+                    self._moved(self.group.snapshot(), in_epoch=False)
                 return result
             except WorkerFailedError as failure:
                 self._recover(failure, 0)
@@ -118,7 +132,11 @@ class Supervisor:
                 raise
 
     def _set_commit(self, commit: Commit) -> None:
+        self._moved(commit, in_epoch=True)
+
+    def _moved(self, commit: Commit, in_epoch: bool) -> None:
         self.commit = commit
+        self.on_commit(commit, in_epoch)
 
     # ------------------------------------------------------------- recovery
     def _recover(self, failure: WorkerFailedError, steps_lost: int) -> None:

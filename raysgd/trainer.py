@@ -6,6 +6,7 @@ reduces the workers' metrics and moves state between workers and files.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -17,54 +18,18 @@ from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, che
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
-from raysgd.errors import ConfigError, TrainerShutdownError
+from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError, WorkerFailedError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
+from raysgd.operator_args import resolve_operator
 from raysgd.progress import make_progress
 from raysgd.recovery import FailureConfig, RecoveryPolicy
+from raysgd.run_recorder import DiskSettings, ResumePoint, RunRecorder
 from raysgd.supervisor import Supervisor
+from raysgd.watch import fetch_to_driver
 from raysgd.worker_group import WorkerGroup
 
 logger = logging.getLogger("raysgd")
-
-_CREATOR_KEYS = ("model_creator", "data_creator", "optimizer_creator", "loss_creator",
-                 "scheduler_creator")
-
-
-def _resolve_operator(training_operator_cls, creators: Dict[str, Any],
-                      serialize_data_creation: bool) -> type:
-    given = {k: v for k, v in creators.items() if v is not None}
-    if given and training_operator_cls is not None:
-        raise ConfigError(f"Pass either training_operator_cls or creator functions "
-                          f"({sorted(given)}), not both.")
-    if given:
-        warnings.warn("TorchTrainer(model_creator=..., ...) is deprecated; subclass "
-                      "TrainingOperator, or pass training_operator_cls="
-                      "TrainingOperator.from_creators(...).", DeprecationWarning, stacklevel=3)
-        missing = [k for k in ("model_creator", "optimizer_creator") if k not in given]
-        if missing:
-            raise ConfigError(f"The creator style needs {missing}; pass them or a training_operator_cls.")
-        return TrainingOperator.from_creators(
-            creators["model_creator"], creators["optimizer_creator"],
-            data_creator=creators["data_creator"], loss_creator=creators["loss_creator"],
-            scheduler_creator=creators["scheduler_creator"],
-            serialize_data_creation=serialize_data_creation)
-    return check_operator_cls(training_operator_cls)
-
-
-def check_operator_cls(cls: Any) -> type:
-    if isinstance(cls, TrainingOperator):
-        raise ConfigError(f"training_operator_cls got an instance of {type(cls).__name__}; "
-                          f"pass the class itself: training_operator_cls={type(cls).__name__}.")
-    if not (isinstance(cls, type) and issubclass(cls, TrainingOperator)):
-        raise ConfigError(f"training_operator_cls must be a subclass of raysgd.torch.TrainingOperator, "
-                          f"got {cls!r}. Define `class MyOperator(TrainingOperator): def setup(self, "
-                          "config): ...` and pass MyOperator.")
-    if cls.setup is TrainingOperator.setup:
-        raise ConfigError(f"{cls.__name__} does not override setup(self, config); register the "
-                          "models, optimizers and loaders there.")
-    return cls
-
 
 class TorchTrainer:
     """Train a :class:`TrainingOperator` on ``num_workers`` processes with DDP.
@@ -89,6 +54,10 @@ class TorchTrainer:
                  clip_grad_norm: Optional[float] = None, accumulate_steps: int = 1,
                  placement_timeout_s: Optional[float] = None,
                  placement_strategy: str = "PACK", num_workers_per_host: Optional[int] = None,
+                 checkpoint_dir: Optional[str] = None, keep_checkpoints: Optional[int] = 3,
+                 checkpoint_every_n_steps_to_disk: Optional[int] = None, resume: bool = True,
+                 checkpoint_score_attr: Optional[str] = None, checkpoint_score_mode: str = "auto",
+                 loggers: Optional[List[Any]] = None,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  num_replicas=None, batch_size=None, data_loader_args=None,
@@ -98,7 +67,7 @@ class TorchTrainer:
         creators = dict(model_creator=model_creator, data_creator=data_creator,
                         optimizer_creator=optimizer_creator, loss_creator=loss_creator,
                         scheduler_creator=scheduler_creator)
-        self.operator_cls = _resolve_operator(training_operator_cls, creators, serialize_data_creation)
+        self.operator_cls = resolve_operator(training_operator_cls, creators, serialize_data_creation)
         self.num_workers = check_num_workers(num_workers)
         if initialization_hook is not None and not callable(initialization_hook):
             raise ConfigError(f"initialization_hook must be a function of no arguments, got {initialization_hook!r}.")
@@ -137,10 +106,35 @@ class TorchTrainer:
         # steps there) gets a commit after it, so a rollback keeps that change.
         self._validate_mutates = bool(getattr(self.operator_cls, "validate_changes_state", False))
         self._closed_reason: Optional[str] = None
+        self._recorder = RunRecorder(DiskSettings.create(
+            checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
+            checkpoint_score_attr, checkpoint_score_mode, self.settings.commit_every),
+            self.operator_cls, loggers)
+        resume_point = self._recorder.resume_point()  # read and checked before any actor starts
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
-            timeout_s, local_ranks=1 if self.use_local else 0)
-        self._supervisor.start()
+            timeout_s, local_ranks=1 if self.use_local else 0,
+            on_commit=self._recorder.commit_moved)
+        self._start(resume_point)
+        self._recorder.start(fetch_to_driver, self.config,
+                             resume_point.step if resume_point else 0)
+
+    def _start(self, point: Optional[ResumePoint]) -> None:
+        if point is None:
+            self._supervisor.start()
+            return
+        try:
+            self._supervisor.start((point.step, point.snapshots))
+        except WorkerFailedError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(
+                f"The checkpoint {point.path} does not fit {self.operator_cls.__name__}: "
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}. "
+                "Resume with the operator and models that wrote it, or start over with "
+                "resume=False or another checkpoint_dir.") from exc
+        logger.warning("raysgd: resumed from %s: %d epoch(s) done, step %d", point.path,
+                       point.epoch, point.step)
 
     # ------------------------------------------------------------- set-up
     def _resolve_gpu(self, use_gpu: Union[bool, str], per_worker: float) -> bool:
@@ -205,9 +199,10 @@ class TorchTrainer:
         check_max_retries(max_retries)
         self._require("has_train_loader", "train()", "train_loader")
         check_num_steps(num_steps)
-        return self._run_shown("train", reduce_results, lambda bar: self._guard(
-            "train_epoch", lambda: self._supervisor.train(num_steps, profile, info, max_retries,
-                                                          progress=bar)))
+        return self._recorded("train", lambda: self._run_shown(
+            "train", reduce_results, lambda bar: self._guard(
+                "train_epoch", lambda: self._supervisor.train(num_steps, profile, info,
+                                                              max_retries, progress=bar))))
 
     def validate(self, num_steps: Optional[int] = None, profile: bool = False,
                  reduce_results: bool = True,
@@ -215,9 +210,18 @@ class TorchTrainer:
         """Evaluate on the validation loader of every worker."""
         self._require("has_validation_loader", "validate()", "validation_loader")
         check_num_steps(num_steps)
-        return self._run_shown("validate", reduce_results, lambda bar: self._call(
-            "validate", num_steps, profile, info, watched=True, progress=bar,
-            mutates=self._validate_mutates))
+        return self._recorded("validate", lambda: self._run_shown(
+            "validate", reduce_results, lambda bar: self._call(
+                "validate", num_steps, profile, info, watched=True, progress=bar,
+                mutates=self._validate_mutates)))
+
+    @property
+    def epoch(self) -> int:
+        """Passes over the train loader finished, counting those of a resumed run.
+
+        A script resumes naturally with ``while trainer.epoch < N: trainer.train()``.
+        """
+        return self._call("epochs_done", rank=0)
 
     def update_scheduler(self, metric: Any) -> None:
         """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""
@@ -279,7 +283,11 @@ class TorchTrainer:
         raise DeprecationWarning("TorchTrainer.restore() was removed; use TorchTrainer.load(path).")
 
     def shutdown(self, force: bool = False) -> None:
-        """Stop the workers; every later call raises :class:`TrainerShutdownError`."""
+        """Stop the workers; every later call raises :class:`TrainerShutdownError`.
+
+        Waits for the last checkpoint to reach ``checkpoint_dir`` and closes the loggers.
+        """
+        self._recorder.close()
         if self._supervisor.group is not None:
             self._supervisor.shutdown(force=force)
         self._closed_reason = self._closed_reason or "shutdown() was called"
@@ -333,6 +341,15 @@ class TorchTrainer:
         reduced = reduce_worker_results(results)
         bar.close(reduced, done)
         return reduced
+
+    def _recorded(self, phase: str, run: Callable[[], Any]):
+        """Run a train/validate call and hand its metrics to the run's loggers and checkpoints."""
+        start = time.perf_counter()
+        results = run()
+        reduced = results if isinstance(results, dict) else reduce_worker_results(results)
+        self._recorder.record(phase, reduced, self._supervisor.commit.step, lambda: self.epoch,
+                              time.perf_counter() - start, self._supervisor.commit)
+        return results
 
     def _call(self, method: str, *args, abort_on_failure: bool = True, **options):
         self._group()

@@ -39,6 +39,13 @@ def pull_to_driver(snapshots: List[Any]) -> None:
         ray.wait(remote, num_returns=len(remote), timeout=0, fetch_local=True)
 
 
+def fetch_to_driver(snapshots: List[Any]) -> List[Any]:
+    """A commit's snapshots as values (the disk writer's ``fetch``)."""
+    refs = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
+    values = iter(ray.get(refs)) if refs else iter(())
+    return [next(values) if isinstance(s, ray.ObjectRef) else s for s in snapshots]
+
+
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
                  on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0,

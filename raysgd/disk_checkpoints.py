@@ -1,0 +1,219 @@
+"""Commits to disk, off the training path, and back on resume.
+
+The supervisor's commits already sit in the object store; a
+:class:`DiskCheckpointer` writes them into a :class:`CheckpointDirectory`
+from one background thread on the driver, so training never waits for the
+disk. Commits arriving faster than the disk takes them are coalesced: the
+newest pending one replaces an older one that was not written yet (it holds
+everything the older one did). No Ray here: the trainer passes ``fetch``,
+which turns a commit's snapshot handles into the snapshot dicts.
+
+A checkpoint file is rank 0's full state (what ``save`` writes, so ``load``
+reads it) plus ``ranks``, every other rank's own position and RNGs, and
+``raysgd_run``, the metadata: operator class, world size, step and epoch.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from raysgd import checkpoint as checkpoint_io
+from raysgd.checkpoint_dir import RUN_KEY, CheckpointDirectory
+from raysgd.errors import CheckpointError, ConfigError
+from raysgd.health import Commit
+from raysgd.packing import pack_tensors, unpack_tensors
+from raysgd.passes import completed_passes
+
+logger = logging.getLogger("raysgd")
+
+RANKS_KEY = "ranks"
+SCORE_MODES = ("min", "max", "auto")
+
+
+def operator_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@dataclass(frozen=True)
+class ScoreRule:
+    """Which metric makes a checkpoint the ``best``, and whether lower is better."""
+
+    attr: str
+    mode: str  # "min" or "max"
+
+    @classmethod
+    def create(cls, attr: Optional[str], mode: str = "auto") -> Optional["ScoreRule"]:
+        if attr is None:
+            return None
+        if not isinstance(attr, str) or not attr:
+            raise ConfigError(f"checkpoint_score_attr must be a metric name such as 'val_loss', "
+                              f"got {attr!r}.")
+        if mode not in SCORE_MODES:
+            raise ConfigError(f"checkpoint_score_mode={mode!r} is not valid; use 'min', 'max' or "
+                              "'auto' (min for names containing 'loss' or 'error').")
+        if mode == "auto":
+            mode = "min" if ("loss" in attr or "error" in attr) else "max"
+        return cls(attr, mode)
+
+    def better(self, score: float, best: Optional[float]) -> bool:
+        if math.isnan(score):
+            return False
+        return best is None or (score < best if self.mode == "min" else score > best)
+
+
+def to_checkpoint(snapshots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
+    """The file's content for a commit's snapshot dicts (rank order)."""
+    state = unpack_tensors(snapshots[0]["state"])
+    state[RANKS_KEY] = [unpack_tensors(snap["state"]) for snap in snapshots[1:]]
+    state[RUN_KEY] = meta
+    return state
+
+
+def to_snapshots(state: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """The inverse of :func:`to_checkpoint`: ``(meta, snapshot dicts in rank order)``."""
+    meta = state.get(RUN_KEY) or {}
+    primary = {k: v for k, v in state.items() if k not in (RANKS_KEY, RUN_KEY)}
+    parts = [primary] + list(state.get(RANKS_KEY) or [])
+    step = int(meta.get("step", primary.get("steps", 0)))
+    return meta, [{"step": step, "call_done": 0, "world_size": len(parts),
+                   "state": pack_tensors(part), "meters": None} for part in parts]
+
+
+class DiskCheckpointer:
+    """Writes the trainer's commits to ``directory`` from one background thread."""
+
+    def __init__(self, directory: CheckpointDirectory, fetch: Callable[[List[Any]], List[dict]],
+                 operator: str, every_n_steps: Optional[int] = None,
+                 score: Optional[ScoreRule] = None):
+        self.directory = directory
+        self.fetch = fetch
+        self.operator = operator
+        self.every_n_steps = every_n_steps
+        self.score = score
+        best = directory.best() if score else None
+        same_rule = best and best.get("attr") == score.attr and best.get("mode") == score.mode
+        self.best_score: Optional[float] = best["score"] if same_rule else None
+        self.written = 0          # checkpoints written (latest and best)
+        self.last_path: Optional[str] = None
+        self.write_seconds: List[float] = []
+        self._last_step: Optional[int] = None  # step of the last commit sent to disk
+        self._pending: Dict[str, Tuple[Commit, Optional[float]]] = {}
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._verified = False
+        self._serialized: Optional[Tuple[Commit, bytes, Dict[str, Any]]] = None
+        self._thread = threading.Thread(target=self._run, name="raysgd-checkpoint-writer",
+                                        daemon=True)
+        self._thread.start()
+        # A script that ends without shutdown() still gets its last checkpoint on disk.
+        ref = weakref.ref(self)
+        self._atexit = lambda: ref() is not None and ref().close()
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------- driver thread
+    def commit_moved(self, commit: Commit, in_epoch: bool) -> None:
+        """A new commit: written at call ends, and inside a call every ``every_n_steps``."""
+        if in_epoch and (not self.every_n_steps or self._last_step is not None and
+                         commit.step - self._last_step < self.every_n_steps):
+            return
+        self._last_step = commit.step
+        self._submit("latest", commit, None)
+
+    def result(self, metrics: Dict[str, Any], commit: Optional[Commit]) -> None:
+        """A call's reduced metrics: the commit becomes ``best`` when its score improved."""
+        if self.score is None or commit is None:
+            return
+        value = metrics.get(self.score.attr)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return
+        if self.score.better(float(value), self.best_score):
+            self.best_score = float(value)
+            self._submit("best", commit, float(value))
+
+    def flush(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait until every submitted checkpoint is on disk; True if it is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout_s)
+
+    def close(self, timeout_s: Optional[float] = 120.0) -> None:
+        if self._closed:
+            return
+        if not self.flush(timeout_s):
+            logger.warning("raysgd: the checkpoint writer did not finish within %.0f s; the "
+                           "last checkpoint in %s may be older", timeout_s, self.directory.path)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        atexit.unregister(self._atexit)
+
+    def _submit(self, kind: str, commit: Commit, score: Optional[float]) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._pending[kind] = (commit, score)  # a newer commit replaces an unwritten one
+            self._cond.notify_all()
+
+    # ------------------------------------------------------- writer thread
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    return
+                kind = "best" if "best" in self._pending else "latest"
+                commit, score = self._pending.pop(kind)
+                self._busy = True
+            try:
+                self._write(kind, commit, score)
+            except Exception as exc:  # noqa: BLE001 - the disk must never stop training
+                logger.warning("raysgd: could not write a checkpoint to %s (%s: %s); training "
+                               "goes on and the next commit is tried", self.directory.path,
+                               type(exc).__name__, exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
+        start = time.perf_counter()
+        data, meta = self._serialize(commit)
+        if kind == "best":
+            self.last_path = self.directory.write_best(data, meta, self.score.attr,
+                                                       self.score.mode, score)
+        else:
+            self.last_path = self.directory.write(data, meta)
+        self.written += 1
+        self.write_seconds.append(time.perf_counter() - start)
+
+    def _serialize(self, commit: Commit) -> Tuple[bytes, Dict[str, Any]]:
+        if self._serialized is not None and self._serialized[0] is commit:
+            return self._serialized[1], self._serialized[2]  # latest and best of one commit
+        snapshots = self.fetch(commit.snapshots)
+        meta = {"operator": self.operator, "world_size": commit.world_size,
+                "step": commit.step, "epoch": completed_passes(snapshots[0]["state"]),
+                "time": time.time()}
+        data = checkpoint_io.to_bytes(to_checkpoint(snapshots, meta))
+        if not self._verified:
+            # What load() would refuse (say numpy arrays in an operator's state_dict)
+            # is refused once here, loudly, rather than at resume time.
+            checkpoint_io.from_bytes(data, source="The state to checkpoint")
+            self._verified = True
+        self._serialized = (commit, data, meta)
+        return data, meta
+
+
+def check_compatible(meta: Dict[str, Any], operator: str, path: str) -> None:
+    """Refuse a checkpoint written for another operator class, naming both."""
+    written_by = meta.get("operator")
+    if written_by is not None and written_by != operator:
+        raise CheckpointError(
+            f"The checkpoint {path} was written by {written_by}, but this trainer runs "
+            f"{operator}. Resume with the operator that wrote it, or start over with "
+            "resume=False or another checkpoint_dir.")

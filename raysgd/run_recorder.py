@@ -1,0 +1,177 @@
+"""What a run leaves behind: disk checkpoints, the resume point, logged metrics.
+
+The trainer turns its ``checkpoint_dir``/``loggers`` arguments into one
+:class:`RunRecorder` at construction and tells it about every commit and
+every call's result; the recorder owns the :class:`DiskCheckpointer` and the
+:class:`LoggerHub`. Without a checkpoint directory the checkpointer is a
+:class:`NullCheckpointer`, and without loggers the hub does nothing, so the
+trainer never asks which mode it is in.
+"""
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from raysgd.checkpoint_dir import CheckpointDirectory
+from raysgd.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, operator_name,
+                                     to_snapshots)
+from raysgd.errors import ConfigError
+from raysgd.loggers import CSVLogger, LoggerHub
+from raysgd.metrics import NUM_SAMPLES
+
+logger = logging.getLogger("raysgd")
+
+PREFIXES = {"train": ("train_", ("train_",)), "validate": ("val_", ("val_", "validation_"))}
+
+
+@dataclass(frozen=True)
+class DiskSettings:
+    """The validated disk-checkpoint arguments of a ``TorchTrainer``."""
+
+    path: Optional[str]
+    keep: Optional[int]
+    every_n_steps: Optional[int]
+    resume: bool
+    score: Optional[ScoreRule]
+
+    @classmethod
+    def create(cls, checkpoint_dir: Any, keep_checkpoints: Any, every_n_steps: Any, resume: Any,
+               score_attr: Any, score_mode: Any, commit_every: Optional[int]) -> "DiskSettings":
+        if checkpoint_dir is None:
+            for name, value in (("checkpoint_every_n_steps_to_disk", every_n_steps),
+                                ("checkpoint_score_attr", score_attr)):
+                if value is not None:
+                    raise ConfigError(f"{name} needs a directory to write to: pass "
+                                      "TorchTrainer(checkpoint_dir=...).")
+            return cls(None, None, None, False, None)
+        _check_positive("keep_checkpoints", keep_checkpoints, none_means="keep every checkpoint")
+        _check_positive("checkpoint_every_n_steps_to_disk", every_n_steps,
+                        none_means="write only when a train() call ends")
+        if every_n_steps is not None and (not commit_every or every_n_steps % commit_every):
+            raise ConfigError(
+                f"checkpoint_every_n_steps_to_disk={every_n_steps} must be a multiple of "
+                f"checkpoint_every_n_steps={commit_every}: only commits reach the disk. Use e.g. "
+                f"checkpoint_every_n_steps_to_disk={max(commit_every or 1, 1) * 4}.")
+        if not isinstance(resume, bool):
+            raise ConfigError(f"resume must be True or False, got {resume!r}.")
+        return cls(_writable_dir(checkpoint_dir), keep_checkpoints, every_n_steps, resume,
+                   ScoreRule.create(score_attr, score_mode))
+
+
+def _check_positive(name: str, value: Any, none_means: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                              or value < 1):
+        raise ConfigError(f"{name} must be a positive integer or None ({none_means}), "
+                          f"got {value!r}.")
+
+
+def _writable_dir(path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"checkpoint_dir must be a path, got {type(path).__name__}.")
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"checkpoint_dir {path} cannot be created ({exc}); pass a directory "
+                          "you can write to.") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"checkpoint_dir {path} is not writable; pass a directory you can "
+                          "write to.")
+    return path
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a trainer starts from: where it is and what it holds."""
+
+    path: str
+    step: int
+    epoch: int
+    snapshots: List[Dict[str, Any]]
+
+
+class NullCheckpointer:
+    """The checkpointer of a trainer without ``checkpoint_dir``: does nothing."""
+
+    def commit_moved(self, commit: Any, in_epoch: bool) -> None:
+        pass
+
+    def result(self, metrics: Dict[str, Any], commit: Any) -> None:
+        pass
+
+    def flush(self, timeout_s: Optional[float] = None) -> bool:
+        return True
+
+    def close(self, timeout_s: Optional[float] = None) -> None:
+        pass
+
+
+class RunRecorder:
+    def __init__(self, disk: DiskSettings, operator_cls: type, loggers: Optional[Sequence]):
+        self.disk = disk
+        self.operator = operator_name(operator_cls)
+        self.directory = CheckpointDirectory(disk.path, disk.keep) if disk.path else None
+        if loggers is None and disk.path:
+            loggers = [CSVLogger()]  # metrics.csv next to the checkpoints
+        self.hub = LoggerHub(loggers)
+        self.checkpointer: Any = NullCheckpointer()
+
+    def resume_point(self) -> Optional[ResumePoint]:
+        """The newest readable checkpoint to resume from (checked against the operator), if any."""
+        if self.directory is None or not self.disk.resume:
+            return None
+        found = self.directory.load_latest()
+        if found is None:
+            return None
+        state, entry = found
+        path = os.path.join(self.directory.path, entry["file"])
+        meta, snapshots = to_snapshots(state)
+        check_compatible(meta, self.operator, path)
+        return ResumePoint(path, int(meta.get("step", 0)), int(meta.get("epoch", 0)), snapshots)
+
+    def start(self, fetch, config: Dict[str, Any], resumed_step: int) -> None:
+        """Workers are up (and resumed): start writing checkpoints and logging."""
+        if self.directory is not None:
+            self.checkpointer = DiskCheckpointer(self.directory, fetch, self.operator,
+                                                 self.disk.every_n_steps, self.disk.score)
+        self.hub.setup(self.disk.path, resumed_step)
+        self.hub.log_hyperparams(config)
+
+    def commit_moved(self, commit: Any, in_epoch: bool) -> None:
+        self.checkpointer.commit_moved(commit, in_epoch)
+
+    def record(self, phase: str, metrics: Dict[str, Any], step: int,
+               epoch_of: Callable[[], int], seconds: float, commit: Any) -> None:
+        """A train/validate call's reduced metrics: to the loggers, and scored for ``best``.
+
+        ``epoch_of`` asks rank 0, so only when some logger is listening.
+        """
+        self.checkpointer.result(metrics, commit)
+        if self.hub.loggers:
+            self.hub.log_metrics(log_record(phase, metrics, epoch_of(), seconds), step)
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.hub.close()
+
+
+def log_record(phase: str, metrics: Dict[str, Any], epoch: int, seconds: float) -> Dict[str, Any]:
+    """Flat numbers for the loggers: keys prefixed by phase, plus epoch and samples/s.
+
+    ``last_*`` values and non-numbers (profiles) are left out; the epoch is
+    the number of passes finished, so train and validation of one epoch line up.
+    """
+    prefix, known = PREFIXES[phase]
+    record: Dict[str, Any] = {"epoch": epoch}
+    for key, value in metrics.items():
+        if key == "epoch" or key.startswith("last_") or isinstance(value, bool) or \
+                not isinstance(value, numbers.Number):
+            continue
+        record[key if key.startswith(known) else prefix + key] = value
+    samples = metrics.get(NUM_SAMPLES)
+    if isinstance(samples, numbers.Number) and seconds > 0:
+        record[prefix + "samples_per_s"] = samples / seconds
+    return record

@@ -1,0 +1,209 @@
+"""Disk checkpoints, resume and loggers on a real trainer (real Ray, real gloo groups)."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from operators_for_tests import LinearOperator
+from raysgd import TorchTrainer
+from raysgd.checkpoint_dir import BEST, INDEX
+from raysgd.errors import CheckpointError
+from raysgd.loggers import CSVLogger, Logger, TensorBoardLogger
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+SHUFFLED = {"shuffle": True, "data_size": 320, "lr": 5e-2}
+
+
+def _weights(trainer) -> dict:
+    return {k: v.clone() for k, v in trainer.get_model().state_dict().items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _index(path) -> dict:
+    return json.loads((path / INDEX).read_text())
+
+
+class OtherOperator(LinearOperator):
+    pass
+
+
+def test_train_writes_checkpoints_and_a_new_trainer_resumes(trainer_factory, tmp_path):
+    first = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path), keep_checkpoints=2)
+    for _ in range(3):
+        first.train()
+    assert first.epoch == 3
+    weights = _weights(first)
+    first.shutdown()  # waits for the last checkpoint
+    index = _index(tmp_path)
+    assert [e["epoch"] for e in index["checkpoints"]] == [2, 3]
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")) == \
+        [e["file"] for e in index["checkpoints"]]
+    second = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    assert second.epoch == 3 and _same(_weights(second), weights)
+    second.train()
+    assert second.epoch == 4
+    # A checkpoint written here is an ordinary save() file: load() takes it.
+    third = trainer_factory(config=SHUFFLED)
+    third.load(str(tmp_path / index["latest"]))
+    assert _same(_weights(third), weights)
+
+
+def test_resume_mid_pass_matches_an_uninterrupted_run_bitwise(trainer_factory, tmp_path):
+    plain = trainer_factory(config=SHUFFLED)
+    for _ in range(3):
+        plain.train()
+    expected = _weights(plain)
+    # 320 samples, 2 workers, batch 32: 5 batches per pass; stop 2 batches into pass 2.
+    cut = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    cut.train()
+    cut.train(num_steps=2)
+    assert cut.epoch == 1
+    cut.shutdown()
+    resumed = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    assert resumed.epoch == 1
+    while resumed.epoch < 3:
+        resumed.train()
+    assert _same(_weights(resumed), expected)
+
+
+def test_resume_false_starts_over(trainer_factory, tmp_path):
+    first = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    first.train()
+    first.shutdown()
+    again = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path), resume=False)
+    assert again.epoch == 0
+
+
+def test_checkpoint_of_another_operator_is_refused(trainer_factory, tmp_path):
+    first = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    first.train()
+    first.shutdown()
+    with pytest.raises(CheckpointError, match="LinearOperator.*OtherOperator"):
+        trainer_factory(OtherOperator, config=SHUFFLED, checkpoint_dir=str(tmp_path))
+
+
+class WideOperator(LinearOperator):
+    """Same class name check passes (it is this class); its model does not fit."""
+
+    def setup(self, config):
+        super().setup(config)
+        if config.get("wide"):
+            self.model.__init__(1, 1, bias=False)
+
+
+def test_checkpoint_with_incompatible_models_is_refused_not_half_loaded(trainer_factory, tmp_path):
+    first = trainer_factory(WideOperator, config=SHUFFLED, checkpoint_dir=str(tmp_path))
+    first.train()
+    first.shutdown()
+    with pytest.raises(CheckpointError, match="does not fit WideOperator.*resume=False"):
+        trainer_factory(WideOperator, config={**SHUFFLED, "wide": True},
+                        checkpoint_dir=str(tmp_path))
+
+
+def test_best_checkpoint_and_default_metrics_csv(trainer_factory, tmp_path):
+    trainer = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path),
+                              checkpoint_score_attr="val_loss")
+    losses = []
+    for _ in range(3):
+        trainer.train()
+        losses.append(trainer.validate()["val_loss"])
+    trainer.shutdown()
+    best = _index(tmp_path)["best"]
+    assert best["score"] == pytest.approx(min(losses)) and (tmp_path / BEST).exists()
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert [r["epoch"] for r in rows] == ["1", "1", "2", "2", "3", "3"]
+    assert [float(r["val_loss"]) for r in rows if r["val_loss"]] == pytest.approx(losses)
+    assert all(float(r["train_samples_per_s"]) > 0 for r in rows if r["train_loss"])
+    assert int(rows[-1]["step"]) == 15  # 5 batches per pass on each worker
+
+
+class ExplodingLogger(Logger):
+    def __init__(self):
+        self.calls = 0
+
+    def log_metrics(self, metrics, step):
+        self.calls += 1
+        raise RuntimeError("tracking server is down")
+
+
+def test_a_failing_logger_does_not_stop_training(trainer_factory, tmp_path, caplog):
+    tb_dir = tmp_path / "tb"
+    trainer = trainer_factory(config=SHUFFLED, loggers=[
+        ExplodingLogger(), CSVLogger(str(tmp_path / "m.csv")), TensorBoardLogger(str(tb_dir))])
+    for _ in range(2):
+        trainer.train()
+    trainer.validate()
+    trainer.shutdown()
+    assert "tracking server is down" in caplog.text
+    rows = list(csv.DictReader(open(tmp_path / "m.csv")))
+    assert len(rows) == 3 and rows[0]["train_loss"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(tb_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train_loss")] == [5, 10]
+
+
+@pytest.mark.slow
+def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path):
+    """The promise: kill -9 the driver, run the script again, same final weights."""
+    script = os.path.join(TESTS_DIR, "resume_driver.py")
+
+    def run(run_dir, out, **popen):
+        return subprocess.Popen([sys.executable, script, "--dir", str(run_dir), "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, **popen)
+
+    plain = run(tmp_path / "plain", tmp_path / "plain.pt")
+    killed = tmp_path / "killed"
+    victim = run(killed, tmp_path / "never.pt")
+    seen = _wait_for_mid_epoch_checkpoint(killed, victim)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(30)
+    _reap_group(victim)
+    assert plain.wait(240) == 0, plain.communicate()[1][-3000:]
+    again = run(killed, tmp_path / "resumed.pt")
+    out, err = again.communicate(timeout=240)
+    assert again.returncode == 0, err[-3000:]
+    resumed_step = int(err.split("resumed from ")[1].split("step ")[1].split()[0])
+    assert resumed_step >= seen["step"]
+    expected = torch.load(tmp_path / "plain.pt")
+    got = torch.load(tmp_path / "resumed.pt")
+    assert _same(got, expected)
+
+
+def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -> dict:
+    """The first index entry of pass 2 or later that is inside a pass (16 batches per pass)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        try:
+            entries = _index(run_dir)["checkpoints"]
+        except (OSError, ValueError):
+            entries = []
+        for entry in entries:
+            if entry["epoch"] >= 1 and entry["step"] % 16:
+                return entry
+        time.sleep(0.05)
+    raise AssertionError("no mid-epoch checkpoint appeared")
+
+
+def _reap_group(process) -> None:
+    """The killed driver's raylet and workers die with it, but Ray 2.60's dashboard and
+    runtime-env agents can linger for minutes; they hold nothing of ours."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
