@@ -17,10 +17,17 @@ setup(
     ],
     extras_require={
         "tune": ["ray[tune]>=2.9"],
-        "demo": ["scikit-learn"],
+        "demo": ["scikit-learn", "matplotlib"],
         # Lightning 2.x for TrainingOperator.from_ptl; raysgd imports it only when asked.
         "lightning": ["pytorch_lightning>=2.0,<3"],
+        # Experiment tracking and curves (raysgd.loggers, python -m raysgd.plot); each is
+        # imported only when its logger or the plot command is used.
+        "tensorboard": ["tensorboard"],
+        "mlflow": ["mlflow-skinny"],
+        "wandb": ["wandb"],
+        "plot": ["matplotlib"],
         "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9",
-                 "pytorch_lightning>=2.0,<3"],
+                 "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
+                 "matplotlib"],
     },
 )

@@ -20,13 +20,26 @@ def run(args, **kwargs):
                           timeout=220, **kwargs)
 
 
-def test_digits_demo_reaches_090_and_reloads_the_same_accuracy():
-    out = run(["examples/digits_demo.py", "--epochs", "5"])
+def test_digits_demo_reaches_090_reloads_the_same_accuracy_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run(["examples/digits_demo.py", "--epochs", "5", "--run-dir", str(run_dir)])
     assert out.returncode == 0, out.stderr[-3000:]
     match = re.search(r"before save: ([\d.]+), after reload into a fresh trainer: ([\d.]+)", out.stdout)
     assert match, out.stdout
     before, after = float(match.group(1)), float(match.group(2))
     assert before > 0.9 and after == before
+    curves = re.search(r"curves: (\S+)", out.stdout).group(1)
+    assert curves == str(run_dir / "curves.png") and open(curves, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert f"checkpoint directory: {run_dir}" in out.stdout and (run_dir / "best.pt").exists()
+    # Run again: it resumes after epoch 5 and trains only the sixth.
+    again = run(["examples/digits_demo.py", "--epochs", "6", "--run-dir", str(run_dir)])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "5 epoch(s) already trained" in again.stdout
+    epochs = re.findall(r"^\s+(\d+) +[\d.]+ +[\d.]+ +[\d.]+$", again.stdout, re.M)
+    assert epochs == ["6"], again.stdout
+    rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[1] for row in rows] == ["1", "1", "2", "2", "3", "3", "4", "4", "5",
+                                                   "5", "6", "6"]
 
 
 LEGACY_SCRIPT = textwrap.dedent('''
