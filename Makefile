@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk clean
 
 install: $(STAMP)
 
@@ -39,3 +39,6 @@ bench-quick: install
 
 bench-gpu: install
 	$(PY) -m bench.gpu
+
+bench-disk: install
+	$(PY) -m bench.disk
