@@ -56,7 +56,7 @@ class _WorkerActor:
     @ray.method(concurrency_group="commits", num_returns=2)
     def next_commit(self, after: int, wait_s: float, ticket: int):
         snap = self.runner.next_commit(after, wait_s, ticket) if self.runner else None
-        header = {"step": snap["step"], "call_done": snap["call_done"]} if snap else None
+        header = {key: snap[key] for key in ("step", "call_done", "epochs_done")} if snap else None
         return header, snap
 
 

@@ -50,7 +50,12 @@ class CheckpointDirectory:
 
     # ---------------------------------------------------------------- writing
     def write(self, data: bytes, meta: Dict[str, Any]) -> str:
-        """Add a checkpoint as the new latest; drop the oldest beyond ``keep``."""
+        """Add a checkpoint as the new latest; drop the oldest beyond ``keep``.
+
+        A checkpoint of a step already listed replaces that entry (a state change
+        between calls, such as ``update_scheduler``, is written at the step of the
+        ``train()`` before it), so retention keeps ``keep`` distinct steps.
+        """
         with self._locked():
             self._remove_stale_temp_files()
             index = self._read_index()
@@ -58,9 +63,10 @@ class CheckpointDirectory:
             seq = max((e["seq"] for e in entries), default=self._max_seq_on_disk()) + 1
             name = _NAME.format(seq=seq)
             checkpoint_io.write_atomic(os.path.join(self.path, name), data)
-            entries.append({**meta, "seq": seq, "file": name})
-            dropped = entries[:-self.keep] if self.keep else []
-            index["checkpoints"] = entries[len(dropped):]
+            replaced = [e for e in entries if "step" in meta and e.get("step") == meta["step"]]
+            entries = [e for e in entries if e not in replaced] + [{**meta, "seq": seq, "file": name}]
+            dropped = replaced + (entries[:-self.keep] if self.keep else [])
+            index["checkpoints"] = entries[-self.keep:] if self.keep else entries
             index["latest"] = name
             self._write_index(index)
             for entry in dropped:  # only after the index stopped naming them

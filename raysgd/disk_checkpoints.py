@@ -28,12 +28,13 @@ from raysgd.checkpoint_dir import RUN_KEY, CheckpointDirectory
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.health import Commit
 from raysgd.packing import pack_tensors, unpack_tensors
-from raysgd.passes import completed_passes
 
 logger = logging.getLogger("raysgd")
 
 RANKS_KEY = "ranks"
 SCORE_MODES = ("min", "max", "auto")
+# Metric names that "auto" scores as lower-is-better; anything else is higher-is-better.
+LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "perplexity")
 
 
 def operator_name(cls: type) -> str:
@@ -49,6 +50,7 @@ class ScoreRule:
 
     @classmethod
     def create(cls, attr: Optional[str], mode: str = "auto") -> Optional["ScoreRule"]:
+        """``attr`` may carry Tune's ``"min-"``/``"max-"`` prefix instead of ``mode``."""
         if attr is None:
             return None
         if not isinstance(attr, str) or not attr:
@@ -56,9 +58,12 @@ class ScoreRule:
                               f"got {attr!r}.")
         if mode not in SCORE_MODES:
             raise ConfigError(f"checkpoint_score_mode={mode!r} is not valid; use 'min', 'max' or "
-                              "'auto' (min for names containing 'loss' or 'error').")
+                              f"'auto' (min for names containing any of {list(LOWER_IS_BETTER)}).")
+        prefix = attr.split("-", 1)[0]
+        if prefix in ("min", "max") and "-" in attr:
+            attr, mode = attr.split("-", 1)[1], prefix
         if mode == "auto":
-            mode = "min" if ("loss" in attr or "error" in attr) else "max"
+            mode = "min" if any(word in attr for word in LOWER_IS_BETTER) else "max"
         return cls(attr, mode)
 
     def better(self, score: float, best: Optional[float]) -> bool:
@@ -90,19 +95,19 @@ class DiskCheckpointer:
 
     def __init__(self, directory: CheckpointDirectory, fetch: Callable[[List[Any]], List[dict]],
                  operator: str, every_n_steps: Optional[int] = None,
-                 score: Optional[ScoreRule] = None):
+                 score: Optional[ScoreRule] = None, resumed_step: Optional[int] = None):
+        """``resumed_step``: the step this run resumed at (None: a fresh run)."""
         self.directory = directory
         self.fetch = fetch
         self.operator = operator
         self.every_n_steps = every_n_steps
         self.score = score
-        best = directory.best() if score else None
-        same_rule = best and best.get("attr") == score.attr and best.get("mode") == score.mode
-        self.best_score: Optional[float] = best["score"] if same_rule else None
+        self.best_score = self._inherited_best(resumed_step)
+        self._score_seen = False
         self.written = 0          # checkpoints written (latest and best)
         self.last_path: Optional[str] = None
         self.write_seconds: List[float] = []
-        self._last_step: Optional[int] = None  # step of the last commit sent to disk
+        self._last_step = resumed_step or 0  # step of the last commit sent to disk
         self._pending: Dict[str, Tuple[Commit, Optional[float]]] = {}
         self._cond = threading.Condition()
         self._busy = False
@@ -117,22 +122,42 @@ class DiskCheckpointer:
         self._atexit = lambda: ref() is not None and ref().close()
         atexit.register(self._atexit)
 
+    def _inherited_best(self, resumed_step: Optional[int]) -> Optional[float]:
+        """The best score to beat: the resumed run's, unless it was scored after the
+        resume point (a timeline the resume abandoned) or under another rule."""
+        best = self.directory.best() if self.score else None
+        if not best or resumed_step is None or best.get("step", 0) > resumed_step:
+            return None
+        same_rule = best.get("attr") == self.score.attr and best.get("mode") == self.score.mode
+        return best["score"] if same_rule else None
+
     # ------------------------------------------------------- driver thread
     def commit_moved(self, commit: Commit, in_epoch: bool) -> None:
-        """A new commit: written at call ends, and inside a call every ``every_n_steps``."""
-        if in_epoch and (not self.every_n_steps or self._last_step is not None and
-                         commit.step - self._last_step < self.every_n_steps):
-            return
+        """A new commit: written at call ends, and inside a call whenever it crosses a
+        multiple of ``every_n_steps``."""
+        if in_epoch:
+            every = self.every_n_steps
+            if not every:
+                return
+            went_back = commit.step < self._last_step  # e.g. load() of an older state
+            if commit.step // every == self._last_step // every and not went_back:
+                return
         self._last_step = commit.step
         self._submit("latest", commit, None)
 
-    def result(self, metrics: Dict[str, Any], commit: Optional[Commit]) -> None:
+    def result(self, phase: str, metrics: Dict[str, Any], commit: Optional[Commit]) -> None:
         """A call's reduced metrics: the commit becomes ``best`` when its score improved."""
         if self.score is None or commit is None:
             return
         value = metrics.get(self.score.attr)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if phase == "validate" and not self._score_seen:
+                self._score_seen = True  # warn once
+                logger.warning("raysgd: checkpoint_score_attr=%r is not among the metrics of "
+                               "validate() (%s), so no best.pt is kept; pass one of them",
+                               self.score.attr, sorted(metrics))
             return
+        self._score_seen = True
         if self.score.better(float(value), self.best_score):
             self.best_score = float(value)
             self._submit("best", commit, float(value))
@@ -179,6 +204,8 @@ class DiskCheckpointer:
             finally:
                 with self._cond:
                     self._busy = False
+                    if not any(c is commit for c, _ in self._pending.values()):
+                        self._serialized = None  # no second write of it coming: free the bytes
                     self._cond.notify_all()
 
     def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
@@ -197,8 +224,7 @@ class DiskCheckpointer:
             return self._serialized[1], self._serialized[2]  # latest and best of one commit
         snapshots = self.fetch(commit.snapshots)
         meta = {"operator": self.operator, "world_size": commit.world_size,
-                "step": commit.step, "epoch": completed_passes(snapshots[0]["state"]),
-                "time": time.time()}
+                "step": commit.step, "epoch": commit.epochs_done, "time": time.time()}
         data = checkpoint_io.to_bytes(to_checkpoint(snapshots, meta))
         if not self._verified:
             # What load() would refuse (say numpy arrays in an operator's state_dict)

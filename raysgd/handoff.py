@@ -85,23 +85,24 @@ class CommitAssembler:
     def __init__(self, world_size: int, committed_step: int):
         self.world_size = world_size
         self.committed_step = committed_step
-        self._parts: Dict[int, Dict[int, Tuple[int, Any]]] = {}  # step -> rank -> (call_done, ref)
+        self._parts: Dict[int, Dict[int, Tuple[int, Any, int]]] = {}  # step -> rank -> (call_done, ref, epochs)
         self._last_seen: Dict[int, int] = {}
 
     def after(self, rank: int) -> int:
         """The step a request for ``rank``'s next part should start after."""
         return max(self.committed_step, self._last_seen.get(rank, self.committed_step))
 
-    def add(self, rank: int, step: int, call_done: int, snapshot: Any) -> Optional[Commit]:
+    def add(self, rank: int, step: int, call_done: int, snapshot: Any,
+            epochs_done: int = 0) -> Optional[Commit]:
         """Record a part; returns the new :class:`Commit` once ``step`` is complete."""
         self._last_seen[rank] = max(step, self._last_seen.get(rank, step))
         if step <= self.committed_step:
             return None
         parts = self._parts.setdefault(step, {})
-        parts[rank] = (call_done, snapshot)
+        parts[rank] = (call_done, snapshot, epochs_done)
         if len(parts) < self.world_size:
             return None
         self.committed_step = step
         self._parts = {s: p for s, p in self._parts.items() if s > step}
         return Commit(step, parts[0][0], self.world_size,
-                      [parts[rank][1] for rank in range(self.world_size)])
+                      [parts[rank][1] for rank in range(self.world_size)], parts[0][2])

@@ -28,6 +28,7 @@ class Commit:
     call_done: int
     world_size: int
     snapshots: List[Any] = field(default_factory=list)
+    epochs_done: int = 0  # passes over the train loader finished (the trainer's ``epoch``)
 
 
 class HealthMonitor:

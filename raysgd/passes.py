@@ -24,12 +24,6 @@ from raysgd.errors import ConfigError
 _END = object()
 
 
-def completed_passes(state: Dict[str, Any]) -> int:
-    """Passes finished, from a :meth:`Passes.state_dict` (the trainer's ``epoch``)."""
-    epoch = int(state.get("epoch", 0))
-    return epoch if state.get("pass_done", True) else epoch - 1
-
-
 def _known_length(loader: Any) -> Optional[int]:
     if isinstance(loader, DataLoader) and isinstance(loader.dataset, IterableDataset):
         return None  # its len() is an estimate
@@ -63,7 +57,7 @@ class Passes:
     @property
     def completed(self) -> int:
         """Passes finished: ``epoch``, less one while a pass is under way."""
-        return completed_passes({"epoch": self.epoch, "pass_done": self._exhausted()})
+        return self.epoch if self._exhausted() else self.epoch - 1
 
     def take(self, num_steps: Optional[int], before_batch: Optional[Callable[[int], None]] = None,
              resume: bool = False) -> "PassIterator":

@@ -206,11 +206,18 @@ def plot_run(path: str, out: str | None = None) -> str:
     try:
         with os.fdopen(fd, "wb") as fh:
             fig.savefig(fh, format="png", dpi=110)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would survive the rename
         os.replace(tmp, out)
     except BaseException:
         os.unlink(tmp)
         raise
     return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,9 @@ class DiskSettings:
 
     @classmethod
     def create(cls, checkpoint_dir: Any, keep_checkpoints: Any, every_n_steps: Any, resume: Any,
-               score_attr: Any, score_mode: Any, commit_every: Optional[int]) -> "DiskSettings":
+               score_attr: Any, score_mode: Any, commit_every: Optional[int],
+               in_process: bool = False) -> "DiskSettings":
+        """``in_process``: one rank, in the driver, which takes no in-epoch commits."""
         if checkpoint_dir is None:
             for name, value in (("checkpoint_every_n_steps_to_disk", every_n_steps),
                                 ("checkpoint_score_attr", score_attr)):
@@ -50,11 +52,8 @@ class DiskSettings:
         _check_positive("keep_checkpoints", keep_checkpoints, none_means="keep every checkpoint")
         _check_positive("checkpoint_every_n_steps_to_disk", every_n_steps,
                         none_means="write only when a train() call ends")
-        if every_n_steps is not None and (not commit_every or every_n_steps % commit_every):
-            raise ConfigError(
-                f"checkpoint_every_n_steps_to_disk={every_n_steps} must be a multiple of "
-                f"checkpoint_every_n_steps={commit_every}: only commits reach the disk. Use e.g. "
-                f"checkpoint_every_n_steps_to_disk={max(commit_every or 1, 1) * 4}.")
+        if every_n_steps is not None:
+            _check_in_epoch_commits(every_n_steps, commit_every, in_process)
         if not isinstance(resume, bool):
             raise ConfigError(f"resume must be True or False, got {resume!r}.")
         return cls(_writable_dir(checkpoint_dir), keep_checkpoints, every_n_steps, resume,
@@ -66,6 +65,25 @@ def _check_positive(name: str, value: Any, none_means: str) -> None:
                               or value < 1):
         raise ConfigError(f"{name} must be a positive integer or None ({none_means}), "
                           f"got {value!r}.")
+
+
+def _check_in_epoch_commits(every_n_steps: int, commit_every: Optional[int],
+                            in_process: bool) -> None:
+    """Only in-epoch commits reach the disk inside an epoch: they must exist and line up."""
+    if in_process:
+        raise ConfigError("checkpoint_every_n_steps_to_disk needs in-epoch commits, which a "
+                          "single worker in the driver (num_workers=1, use_local=True) does not "
+                          "take; use use_local=False, or drop the argument (a checkpoint is "
+                          "still written at the end of every train() call).")
+    if not commit_every:
+        raise ConfigError("checkpoint_every_n_steps_to_disk needs in-epoch commits, but "
+                          "checkpoint_every_n_steps=None turned them off; pass e.g. "
+                          f"checkpoint_every_n_steps={every_n_steps}.")
+    if every_n_steps % commit_every:
+        raise ConfigError(
+            f"checkpoint_every_n_steps_to_disk={every_n_steps} must be a multiple of "
+            f"checkpoint_every_n_steps={commit_every}: only commits reach the disk. Use e.g. "
+            f"checkpoint_every_n_steps_to_disk={commit_every * max(1, every_n_steps // commit_every)}.")
 
 
 def _writable_dir(path: Any) -> str:
@@ -99,7 +117,7 @@ class NullCheckpointer:
     def commit_moved(self, commit: Any, in_epoch: bool) -> None:
         pass
 
-    def result(self, metrics: Dict[str, Any], commit: Any) -> None:
+    def result(self, phase: str, metrics: Dict[str, Any], commit: Any) -> None:
         pass
 
     def flush(self, timeout_s: Optional[float] = None) -> bool:
@@ -118,8 +136,17 @@ class RunRecorder:
             loggers = [CSVLogger()]  # metrics.csv next to the checkpoints
         self.hub = LoggerHub(loggers)
         self.checkpointer: Any = NullCheckpointer()
+        self._resumed_step: Optional[int] = None
 
-    def resume_point(self) -> Optional[ResumePoint]:
+    def open(self, config: Dict[str, Any]) -> Optional[ResumePoint]:
+        """Before any worker starts: find the resume point and set the loggers up."""
+        point = self._resume_point()
+        self._resumed_step = point.step if point else None
+        self.hub.setup(self.disk.path, point.step if point else 0)
+        self.hub.log_hyperparams(config)
+        return point
+
+    def _resume_point(self) -> Optional[ResumePoint]:
         """The newest readable checkpoint to resume from (checked against the operator), if any."""
         if self.directory is None or not self.disk.resume:
             return None
@@ -132,26 +159,21 @@ class RunRecorder:
         check_compatible(meta, self.operator, path)
         return ResumePoint(path, int(meta.get("step", 0)), int(meta.get("epoch", 0)), snapshots)
 
-    def start(self, fetch, config: Dict[str, Any], resumed_step: int) -> None:
-        """Workers are up (and resumed): start writing checkpoints and logging."""
+    def start(self, fetch: Callable[[List[Any]], List[dict]]) -> None:
+        """Workers are up (and resumed): start writing checkpoints."""
         if self.directory is not None:
             self.checkpointer = DiskCheckpointer(self.directory, fetch, self.operator,
-                                                 self.disk.every_n_steps, self.disk.score)
-        self.hub.setup(self.disk.path, resumed_step)
-        self.hub.log_hyperparams(config)
+                                                 self.disk.every_n_steps, self.disk.score,
+                                                 resumed_step=self._resumed_step)
 
     def commit_moved(self, commit: Any, in_epoch: bool) -> None:
         self.checkpointer.commit_moved(commit, in_epoch)
 
-    def record(self, phase: str, metrics: Dict[str, Any], step: int,
-               epoch_of: Callable[[], int], seconds: float, commit: Any) -> None:
-        """A train/validate call's reduced metrics: to the loggers, and scored for ``best``.
-
-        ``epoch_of`` asks rank 0, so only when some logger is listening.
-        """
-        self.checkpointer.result(metrics, commit)
-        if self.hub.loggers:
-            self.hub.log_metrics(log_record(phase, metrics, epoch_of(), seconds), step)
+    def record(self, phase: str, metrics: Dict[str, Any], step: int, epoch: int,
+               seconds: float, commit: Any) -> None:
+        """A train/validate call's reduced metrics: to the loggers, and scored for ``best``."""
+        self.checkpointer.result(phase, metrics, commit)
+        self.hub.log_metrics(log_record(phase, metrics, epoch, seconds), step)
 
     def close(self) -> None:
         self.checkpointer.close()

@@ -177,11 +177,7 @@ class WorkerRunner:
     def snapshot_pair(self):
         """A commit between calls: a small header and the snapshot."""
         snap = self.snapshot()
-        return {"step": snap["step"], "call_done": 0}, snap
-
-    def epochs_done(self) -> int:
-        """Passes over the train loader finished (the trainer's ``epoch``)."""
-        return self._passes.completed
+        return {"step": snap["step"], "call_done": 0, "epochs_done": snap["epochs_done"]}, snap
 
     def update_scheduler(self, metric: Any) -> None:
         for scheduler in self.operator._schedulers:
@@ -251,6 +247,7 @@ class WorkerRunner:
         """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
         meters = getattr(self.operator, "_meters", None)
         return {"step": self._passes.steps, "call_done": call_done,
+                "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
                 "state": pack_tensors(self.state_dict(components=self.rank.world_rank == 0)),
                 "meters": copy.deepcopy(meters) if call_done else None}

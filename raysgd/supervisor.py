@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
-from raysgd.errors import ResourcesUnavailableError, RetriesExhaustedError, WorkerFailedError
+from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
+                           WorkerFailedError)
 from raysgd.health import Commit
 from raysgd.progress import NULL_PROGRESS
 from raysgd.recovery import RecoveryPolicy
@@ -65,19 +66,27 @@ class Supervisor:
         self.commit: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
 
-    def start(self, resume_from: Optional[Tuple[int, List[dict]]] = None) -> None:
-        """Start the workers, at ``resume_from`` = (step, snapshot dicts) when given."""
+    def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
+        """Start the workers, at ``resume_from`` = (step, epochs done, snapshot dicts) if given.
+
+        A resume state the workers cannot load stops them and raises
+        :class:`CheckpointError` (the cause chained); failures to start raise as they are.
+        """
         self.group, self.capabilities = self._launch(self.target, recovering=False)
         if resume_from is None:
             self.commit = self.group.snapshot()
             return
-        step, snapshots = resume_from
-        commit = Commit(step, 0, len(snapshots), [self.group.put(snap) for snap in snapshots])
+        step, epochs_done, snapshots = resume_from
+        commit = Commit(step, 0, len(snapshots), [self.group.put(snap) for snap in snapshots],
+                        epochs_done)
         try:
             self.group.restore(commit)
-        except BaseException:
+        except BaseException as exc:
             self.shutdown(force=True)
-            raise
+            if isinstance(exc, WorkerFailedError) or not isinstance(exc, Exception):
+                raise
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise CheckpointError(f"{type(exc).__name__}: {first_line}") from exc
         self.commit = commit
 
     def _launch(self, count: int, recovering: bool):

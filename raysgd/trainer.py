@@ -18,7 +18,7 @@ from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, che
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
-from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError, WorkerFailedError
+from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
 from raysgd.operator_args import resolve_operator
@@ -108,31 +108,33 @@ class TorchTrainer:
         self._closed_reason: Optional[str] = None
         self._recorder = RunRecorder(DiskSettings.create(
             checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
-            checkpoint_score_attr, checkpoint_score_mode, self.settings.commit_every),
-            self.operator_cls, loggers)
-        resume_point = self._recorder.resume_point()  # read and checked before any actor starts
+            checkpoint_score_attr, checkpoint_score_mode, self.settings.commit_every,
+            in_process=self.use_local and self.num_workers == 1), self.operator_cls, loggers)
+        # The checkpoint is read and checked, and the loggers set up, before any actor starts.
+        resume_point = self._recorder.open(self.config)
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
             timeout_s, local_ranks=1 if self.use_local else 0,
             on_commit=self._recorder.commit_moved)
-        self._start(resume_point)
-        self._recorder.start(fetch_to_driver, self.config,
-                             resume_point.step if resume_point else 0)
+        try:
+            self._start(resume_point)
+            self._recorder.start(fetch_to_driver)
+        except BaseException:
+            self._recorder.close()
+            self._supervisor.shutdown(force=True)
+            raise
 
     def _start(self, point: Optional[ResumePoint]) -> None:
         if point is None:
             self._supervisor.start()
             return
         try:
-            self._supervisor.start((point.step, point.snapshots))
-        except WorkerFailedError:
-            raise
-        except Exception as exc:
+            self._supervisor.start((point.step, point.epoch, point.snapshots))
+        except CheckpointError as exc:
             raise CheckpointError(
-                f"The checkpoint {point.path} does not fit {self.operator_cls.__name__}: "
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}. "
+                f"The checkpoint {point.path} does not fit {self.operator_cls.__name__}: {exc}. "
                 "Resume with the operator and models that wrote it, or start over with "
-                "resume=False or another checkpoint_dir.") from exc
+                "resume=False or another checkpoint_dir.") from exc.__cause__
         logger.warning("raysgd: resumed from %s: %d epoch(s) done, step %d", point.path,
                        point.epoch, point.step)
 
@@ -221,7 +223,8 @@ class TorchTrainer:
 
         A script resumes naturally with ``while trainer.epoch < N: trainer.train()``.
         """
-        return self._call("epochs_done", rank=0)
+        self._group()
+        return self._supervisor.commit.epochs_done
 
     def update_scheduler(self, metric: Any) -> None:
         """Step every scheduler (``scheduler_step_freq="manual"``); ``metric`` feeds ReduceLROnPlateau."""
@@ -347,8 +350,9 @@ class TorchTrainer:
         start = time.perf_counter()
         results = run()
         reduced = results if isinstance(results, dict) else reduce_worker_results(results)
-        self._recorder.record(phase, reduced, self._supervisor.commit.step, lambda: self.epoch,
-                              time.perf_counter() - start, self._supervisor.commit)
+        commit = self._supervisor.commit
+        self._recorder.record(phase, reduced, commit.step, commit.epochs_done,
+                              time.perf_counter() - start, commit)
         return results
 
     def _call(self, method: str, *args, abort_on_failure: bool = True, **options):

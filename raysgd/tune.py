@@ -166,11 +166,22 @@ def _set_hyperparameters(op, hyper: list) -> None:
             group.update(values)
 
 
+# TorchTrainer arguments that name one run's files; a Tune experiment runs many.
+RUN_DIR_KEYS = ("checkpoint_dir", "loggers")
+
+
 def as_trainable(trainer_cls: type, *args, override_tune_step: Optional[Callable] = None,
                  **kwargs) -> type:
     """A :class:`BaseTorchTrainable` subclass that builds ``trainer_cls(*args, **kwargs)``
     per trial, with the trial's config merged into a copy of ``kwargs["config"]``."""
     _check_override(override_tune_step)
+    for name in RUN_DIR_KEYS:
+        if kwargs.get(name) is not None:
+            raise ConfigError(
+                f"as_trainable(..., {name}=...) is not supported: every trial would share it "
+                "(and resume from each other's checkpoints). Tune checkpoints and records each "
+                "trial itself (save_checkpoint, its storage_path and loggers); pass "
+                f"{name} to TorchTrainer when your own script drives it.")
     if "config" in kwargs and kwargs["config"] is not None and not isinstance(kwargs["config"], dict):
         raise ConfigError(f"config must be a dict, got {type(kwargs['config']).__name__}.")
     return type("TorchTrainable", (BaseTorchTrainable,), {

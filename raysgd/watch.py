@@ -42,6 +42,9 @@ def pull_to_driver(snapshots: List[Any]) -> None:
 def fetch_to_driver(snapshots: List[Any]) -> List[Any]:
     """A commit's snapshots as values (the disk writer's ``fetch``)."""
     refs = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
+    if refs and not ray.is_initialized():  # ray.get would start a new, empty Ray
+        raise RuntimeError("Ray was shut down before the trainer, so its last commit is gone; "
+                           "call trainer.shutdown() before ray.shutdown().")
     values = iter(ray.get(refs)) if refs else iter(())
     return [next(values) if isinstance(s, ray.ObjectRef) else s for s in snapshots]
 
@@ -126,10 +129,11 @@ class CallWatch:
             self._dead.add(rank)  # a worker died meanwhile; the call reports it
             return
         if header is not None:
-            self._add(rank, header["step"], header["call_done"], snapshot_ref)
+            self._add(rank, header["step"], header["call_done"], snapshot_ref,
+                      header["epochs_done"])
 
-    def _add(self, rank: int, step: int, call_done: int, snapshot: Any) -> None:
-        commit = self.assembler.add(rank, step, call_done, snapshot)
+    def _add(self, rank: int, step: int, call_done: int, snapshot: Any, epochs_done: int) -> None:
+        commit = self.assembler.add(rank, step, call_done, snapshot, epochs_done)
         if commit is None:
             return
         pull_to_driver(commit.snapshots)
@@ -142,7 +146,7 @@ class CallWatch:
             snap = runner.next_commit(self.assembler.after(0))
             if snap is None:
                 return
-            self._add(0, snap["step"], snap["call_done"], ray.put(snap))
+            self._add(0, snap["step"], snap["call_done"], ray.put(snap), snap["epochs_done"])
 
     def _ask_commits(self) -> None:
         asking = {rank for rank, _ in self._polls.values()}

@@ -206,7 +206,7 @@ class WorkerGroup:
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
         pull_to_driver(snapshots)
         return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
-                               snapshots)
+                               snapshots, headers[0].get("epochs_done", 0))
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""

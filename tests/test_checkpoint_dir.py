@@ -48,7 +48,7 @@ def test_keep_none_keeps_every_checkpoint(tmp_path):
 def _write_many(path: str, worker: int, count: int) -> None:
     directory = CheckpointDirectory(path, keep=3)
     for i in range(count):
-        directory.write(_bytes(worker * 1000 + i), {"step": i, "worker": worker})
+        directory.write(_bytes(worker * 1000 + i), {"step": worker * 1000 + i})
 
 
 def _check_consistent(path: str, keep: int, total: int) -> None:
@@ -150,12 +150,30 @@ def _writer(tmp_path, **kwargs) -> DiskCheckpointer:
 
 def test_writer_writes_call_ends_and_every_n_steps_inside_a_call(tmp_path):
     writer = _writer(tmp_path, every_n_steps=4)
-    for step in (2, 4, 6, 8):
+    for step in (2, 4, 6, 8, 10):
         writer.commit_moved(_commit(step), in_epoch=True)
         writer.flush()
-    writer.commit_moved(_commit(9), in_epoch=False)
+    writer.commit_moved(_commit(11), in_epoch=False)
+    writer.flush()
+    writer.commit_moved(_commit(13), in_epoch=True)  # 12 is the multiple crossed since 11
+    writer.flush()
+    writer.commit_moved(_commit(2), in_epoch=False)  # load() of an older state
+    writer.flush()
+    writer.commit_moved(_commit(3), in_epoch=True)   # counted from 2 now: no multiple crossed
+    writer.commit_moved(_commit(4), in_epoch=True)   # crosses 4 (and replaces the old step 4)
     writer.close()
-    assert [e["step"] for e in writer.directory.entries()] == [2, 6, 9]
+    assert [e["step"] for e in writer.directory.entries()] == [8, 11, 13, 2, 4]
+    assert writer._serialized is None  # nothing pending: no checkpoint bytes kept on the heap
+
+
+def test_a_checkpoint_of_a_listed_step_replaces_it(tmp_path):
+    directory = CheckpointDirectory(str(tmp_path), keep=2)
+    directory.write(_bytes(1), {"step": 5})
+    directory.write(_bytes(2), {"step": 8})
+    latest = directory.write(_bytes(3), {"step": 8})  # update_scheduler after train()
+    assert [e["step"] for e in directory.entries()] == [5, 8]
+    assert _weight(latest) == 3 and len([p for p in os.listdir(tmp_path)
+                                         if p.startswith("checkpoint-")]) == 2
 
 
 def test_writer_without_every_n_writes_only_call_ends(tmp_path):
@@ -223,21 +241,41 @@ def test_best_checkpoint_follows_the_score(tmp_path):
     for step, loss in ((1, 0.5), (2, 0.7), (3, 0.2), (4, float("nan"))):
         commit = _commit(step, weight=float(step))
         writer.commit_moved(commit, in_epoch=False)
-        writer.result({"val_loss": loss}, commit)
+        writer.result("validate", {"val_loss": loss}, commit)
         writer.flush()
     writer.close()
     best = writer.directory.best()
     assert best["score"] == 0.2 and best["step"] == 3 and best["mode"] == "min"
     assert _weight(str(tmp_path / BEST)) == 3.0
-    again = _writer(tmp_path, score=ScoreRule.create("val_loss"))  # a resumed run keeps the bar
-    assert again.best_score == 0.2
-    again.close()
+    resumed = _writer(tmp_path, score=ScoreRule.create("val_loss"), resumed_step=4)
+    assert resumed.best_score == 0.2  # a resumed run keeps the bar
+    resumed.close()
+    fresh = _writer(tmp_path, score=ScoreRule.create("val_loss"))
+    assert fresh.best_score is None  # resume=False: the old run's best is no bar
+    fresh.close()
+    earlier = _writer(tmp_path, score=ScoreRule.create("val_loss"), resumed_step=2)
+    assert earlier.best_score is None  # scored on a timeline the resume abandoned
+    earlier.close()
+
+
+def test_a_score_attr_missing_from_validate_is_reported_once(tmp_path, caplog):
+    writer = _writer(tmp_path, score=ScoreRule.create("val_los"))
+    with caplog.at_level(logging.WARNING, logger="raysgd"):
+        writer.result("train", {"train_loss": 1.0}, _commit(1))
+        for _ in range(2):
+            writer.result("validate", {"val_loss": 1.0}, _commit(1))
+    writer.close()
+    assert len([r for r in caplog.records if "checkpoint_score_attr='val_los'" in r.message]) == 1
+    assert writer.directory.best() is None
 
 
 def test_score_rule_modes():
     assert ScoreRule.create("val_loss").mode == "min"
     assert ScoreRule.create("val_accuracy").mode == "max"
     assert ScoreRule.create("val_accuracy", "min").better(0.1, 0.2)
+    assert ScoreRule.create("val_mse").mode == "min"
+    assert ScoreRule.create("min-val_acc") == ScoreRule("val_acc", "min")  # Tune's legacy form
+    assert ScoreRule.create("max-val_loss") == ScoreRule("val_loss", "max")
     with pytest.raises(ConfigError, match="checkpoint_score_mode"):
         ScoreRule.create("val_loss", "lowest")
     with pytest.raises(ConfigError, match="metric name"):
@@ -264,8 +302,10 @@ def test_disk_settings_refuse_bad_input(tmp_path):
         create(checkpoint_dir=None, score_attr="val_loss")
     with pytest.raises(ConfigError, match="multiple of checkpoint_every_n_steps=50"):
         create(every_n_steps=60)
-    with pytest.raises(ConfigError, match="multiple"):
+    with pytest.raises(ConfigError, match="checkpoint_every_n_steps=None turned them off"):
         create(every_n_steps=10, commit_every=None)
+    with pytest.raises(ConfigError, match="use_local=False"):
+        create(every_n_steps=50, in_process=True)
     with pytest.raises(ConfigError, match="keep_checkpoints"):
         create(keep_checkpoints=0)
     with pytest.raises(ConfigError, match="resume"):

@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from torch import nn
 
 from operators_for_tests import LinearOperator
 from raysgd import TorchTrainer
@@ -75,12 +76,52 @@ def test_resume_mid_pass_matches_an_uninterrupted_run_bitwise(trainer_factory, t
     assert _same(_weights(resumed), expected)
 
 
-def test_resume_false_starts_over(trainer_factory, tmp_path):
-    first = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
+def test_resume_false_starts_over_with_its_own_best(trainer_factory, tmp_path):
+    converging = {**SHUFFLED, "lr": 1e-2}
+    first = trainer_factory(config=converging, checkpoint_dir=str(tmp_path),
+                            checkpoint_score_attr="train_loss")
+    for _ in range(3):
+        first.train()
+    first.shutdown()
+    old_best = _index(tmp_path)["best"]["score"]
+    again = trainer_factory(config=converging, checkpoint_dir=str(tmp_path), resume=False,
+                            checkpoint_score_attr="train_loss")
+    assert again.epoch == 0
+    loss = again.train()["train_loss"]
+    again.shutdown()
+    assert loss > old_best and _index(tmp_path)["best"]["score"] == pytest.approx(loss)
+
+
+class SetupFails(LinearOperator):
+    def setup(self, config):
+        if config.get("broken"):
+            raise FileNotFoundError("dataset missing")
+        super().setup(config)
+
+
+def test_a_setup_error_while_resuming_keeps_its_type(trainer_factory, tmp_path):
+    first = trainer_factory(SetupFails, config=SHUFFLED, checkpoint_dir=str(tmp_path))
     first.train()
     first.shutdown()
-    again = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path), resume=False)
-    assert again.epoch == 0
+    with pytest.raises(FileNotFoundError, match="dataset missing"):
+        trainer_factory(SetupFails, config={**SHUFFLED, "broken": True},
+                        checkpoint_dir=str(tmp_path))
+
+
+def test_a_logger_that_cannot_start_fails_before_any_worker(trainer_factory, tmp_path):
+    from raysgd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CSVLogger needs a path"):
+        trainer_factory(config=SHUFFLED, loggers=[CSVLogger()])
+    # ray_cpus (through trainer_factory) checks that every CPU came back.
+
+
+def test_tune_trainables_refuse_a_shared_checkpoint_dir(tmp_path):
+    from raysgd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="every trial would share it"):
+        TorchTrainer.as_trainable(training_operator_cls=LinearOperator,
+                                  checkpoint_dir=str(tmp_path))
 
 
 def test_checkpoint_of_another_operator_is_refused(trainer_factory, tmp_path):
@@ -92,12 +133,14 @@ def test_checkpoint_of_another_operator_is_refused(trainer_factory, tmp_path):
 
 
 class WideOperator(LinearOperator):
-    """Same class name check passes (it is this class); its model does not fit."""
+    """With ``config["wide"]`` the same class registers a model the checkpoint does not fit."""
 
     def setup(self, config):
-        super().setup(config)
-        if config.get("wide"):
-            self.model.__init__(1, 1, bias=False)
+        if not config.get("wide"):
+            return super().setup(config)
+        model = nn.Linear(1, 3)
+        self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+                      criterion=nn.MSELoss())
 
 
 def test_checkpoint_with_incompatible_models_is_refused_not_half_loaded(trainer_factory, tmp_path):
@@ -144,6 +187,8 @@ def test_a_failing_logger_does_not_stop_training(trainer_factory, tmp_path, capl
     trainer.validate()
     trainer.shutdown()
     assert "tracking server is down" in caplog.text
+    exploding = [r for r in caplog.records if "tracking server is down" in r.getMessage()]
+    assert len(exploding) == 1  # reported once, then switched off
     rows = list(csv.DictReader(open(tmp_path / "m.csv")))
     assert len(rows) == 3 and rows[0]["train_loss"]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -175,13 +220,15 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path):
     assert again.returncode == 0, err[-3000:]
     resumed_step = int(err.split("resumed from ")[1].split("step ")[1].split()[0])
     assert resumed_step >= seen["step"]
+    assert resumed_step % 16, "the kill should land inside a pass; the resume then replays it"
     expected = torch.load(tmp_path / "plain.pt")
     got = torch.load(tmp_path / "resumed.pt")
     assert _same(got, expected)
 
 
 def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -> dict:
-    """The first index entry of pass 2 or later that is inside a pass (16 batches per pass)."""
+    """Wait until the newest checkpoint is the first one inside pass 2 or later (16 batches
+    per pass, one every 4): even if the next one lands before the kill, it is mid-pass too."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()[1][-3000:]
@@ -189,9 +236,8 @@ def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -
             entries = _index(run_dir)["checkpoints"]
         except (OSError, ValueError):
             entries = []
-        for entry in entries:
-            if entry["epoch"] >= 1 and entry["step"] % 16:
-                return entry
+        if entries and entries[-1]["epoch"] >= 1 and entries[-1]["step"] % 16 == 4:
+            return entries[-1]
         time.sleep(0.05)
     raise AssertionError("no mid-epoch checkpoint appeared")
 
