@@ -32,6 +32,7 @@ from raysgd.packing import pack_tensors, unpack_tensors
 logger = logging.getLogger("raysgd")
 
 RANKS_KEY = "ranks"
+SETTLE_S = 0.03  # a write starts this long after its commit arrived (see _run)
 SCORE_MODES = ("min", "max", "auto")
 # Metric names that "auto" scores as lower-is-better; anything else is higher-is-better.
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "perplexity")
@@ -112,6 +113,7 @@ class DiskCheckpointer:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
+        self._flushing = 0  # callers waiting in flush(): write without the settle delay
         self._verified = False
         self._serialized: Optional[Tuple[Commit, bytes, Dict[str, Any]]] = None
         self._thread = threading.Thread(target=self._run, name="raysgd-checkpoint-writer",
@@ -165,7 +167,13 @@ class DiskCheckpointer:
     def flush(self, timeout_s: Optional[float] = None) -> bool:
         """Wait until every submitted checkpoint is on disk; True if it is."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout_s)
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: not self._pending and not self._busy,
+                                           timeout_s)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout_s: Optional[float] = 120.0) -> None:
         if self._closed:
@@ -192,6 +200,11 @@ class DiskCheckpointer:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if not self._pending:
                     return
+                # A commit arrives as a call returns, just when the driver dispatches the
+                # next one; writing at once competes with that for the GIL and the CPU
+                # (2-3 % of a 0.1 s digits epoch on 2 cores, against under 1.5 % when
+                # the write starts 30 ms later). Closing does not wait.
+                self._cond.wait_for(lambda: self._closed or self._flushing, SETTLE_S)
                 kind = "best" if "best" in self._pending else "latest"
                 commit, score = self._pending.pop(kind)
                 self._busy = True

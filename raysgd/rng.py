@@ -14,9 +14,12 @@ import torch
 
 def get_state() -> Dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, python_gauss = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "python": random.getstate(),
+        # One tensor rather than a tuple of 625 ints: every commit packs, pickles
+        # and writes this, and each int is an object to walk in all three.
+        "python": (version, torch.tensor(internal, dtype=torch.int64), python_gauss),
         "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "gauss": float(gauss)},
     }
@@ -30,6 +33,8 @@ def set_state(state: Dict[str, Any]) -> None:
         return
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
+    if isinstance(internal, torch.Tensor):  # older checkpoints hold the tuple itself
+        internal = internal.tolist()
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
     np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32),

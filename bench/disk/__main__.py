@@ -51,8 +51,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="raysgd-bench-disk-") as tmp:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         try:
-            costs = {"mlp": cost.measure("mlp", mode, rounds, 2 if args.quick else 4, tmp),
-                     "digits": cost.measure("digits", mode, rounds, 3 if args.quick else 12, tmp)}
+            blocks = 1 if args.quick else 2 * rounds
+            costs = {"mlp": cost.measure("mlp", mode, blocks, 2, tmp),
+                     "digits": cost.measure("digits", mode, blocks, 2 if args.quick else 8, tmp)}
         finally:
             ray.shutdown()
         resumes = resume.measure(tmp, mode, 4 if args.quick else 16, rounds)

@@ -1,9 +1,11 @@
 """What a disk checkpoint at the end of every epoch costs the epoch, measured in one process.
 
-Per round, one trainer without ``checkpoint_dir`` and one with it train a
-warm-up epoch and then ``epochs`` timed epochs each (order alternating between
-rounds). The write itself runs on a driver thread while the next epoch trains,
-so its cost is whatever it takes from that epoch (CPU, memory bandwidth).
+One trainer with ``checkpoint_dir`` trains blocks of epochs with its disk
+writer switched on and off in turn (the recorder's checkpointer swapped for
+the do-nothing one), so both kinds run on the same workers, placement and
+data: between separate trainers the epoch time varies by more than the
+effect. The write runs on a driver thread while the next epoch trains, so
+its cost is whatever it takes from that epoch (CPU, memory bandwidth, GIL).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 from typing import Any, Dict
 
 from raysgd import TorchTrainer
+from raysgd.run_recorder import NullCheckpointer
 from raysgd.utils import BATCH_SIZE
 
 from bench.disk.operators import DigitsBenchOperator
@@ -31,26 +34,28 @@ def _trainer(case: str, mode: str, checkpoint_dir) -> TorchTrainer:
                         checkpoint_dir=checkpoint_dir, loggers=[])
 
 
-def measure(case: str, mode: str, rounds: int, epochs: int, tmp: str) -> Dict[str, Any]:
+def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str) -> Dict[str, Any]:
+    """``blocks`` blocks of each kind, alternating, ``epochs`` timed epochs per block."""
+    directory = os.path.join(tmp, case)
+    trainer = _trainer(case, mode, directory)
+    recorder = trainer._recorder
+    writer, off = recorder.checkpointer, NullCheckpointer()
     times: Dict[str, list] = {"none": [], "disk": []}
-    writes, size = [], None
-    for index in range(rounds):
-        for kind in (("none", "disk") if index % 2 == 0 else ("disk", "none")):
-            directory = os.path.join(tmp, f"{case}-{index}") if kind == "disk" else None
-            trainer = _trainer(case, mode, directory)
-            trainer.train()  # warm-up (and, with a directory, the first write)
-            for _ in range(epochs):
-                start = time.perf_counter()
-                trainer.train()
-                times[kind].append(time.perf_counter() - start)
-            if directory:
-                checkpointer = trainer._recorder.checkpointer
-                checkpointer.flush()
-                writes += checkpointer.write_seconds
-                size = os.path.getsize(checkpointer.last_path) / 2 ** 20
-            trainer.shutdown()
+    trainer.train()  # warm-up
+    for block in range(2 * blocks):
+        kind = "disk" if block % 2 == 0 else "none"
+        writer.flush()  # nothing of the previous block spills into this one
+        recorder.checkpointer = writer if kind == "disk" else off
+        trainer.train()  # untimed: with a directory, its write overlaps the next epoch
+        for _ in range(epochs):
+            start = time.perf_counter()
+            trainer.train()
+            times[kind].append(time.perf_counter() - start)
+    writer.flush()
+    size = os.path.getsize(writer.last_path) / 2 ** 20
+    trainer.shutdown()
     none, disk = statistics.median(times["none"]), statistics.median(times["disk"])
     return {"epoch_s_none": none, "epoch_s_disk": disk, "cost": disk / none - 1,
             "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
-            "write_s": statistics.median(writes), "checkpoint_mib": size,
+            "write_s": statistics.median(writer.write_seconds), "checkpoint_mib": size,
             "epochs_timed": len(times["disk"])}
