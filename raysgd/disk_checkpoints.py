@@ -107,7 +107,8 @@ class DiskCheckpointer:
         self._score_seen = False
         self.written = 0          # checkpoints written (latest and best)
         self.last_path: Optional[str] = None
-        self.write_seconds: List[float] = []
+        self.write_seconds: List[float] = []  # wall time of each write
+        self.write_cpu_seconds: List[float] = []  # the writer thread's CPU time of each
         self._last_step = resumed_step or 0  # step of the last commit sent to disk
         self._pending: Dict[str, Tuple[Commit, Optional[float]]] = {}
         self._cond = threading.Condition()
@@ -222,7 +223,7 @@ class DiskCheckpointer:
                     self._cond.notify_all()
 
     def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         data, meta = self._serialize(commit)
         if kind == "best":
             self.last_path = self.directory.write_best(data, meta, self.score.attr,
@@ -231,6 +232,7 @@ class DiskCheckpointer:
             self.last_path = self.directory.write(data, meta)
         self.written += 1
         self.write_seconds.append(time.perf_counter() - start)
+        self.write_cpu_seconds.append(time.thread_time() - cpu_start)
 
     def _serialize(self, commit: Commit) -> Tuple[bytes, Dict[str, Any]]:
         if self._serialized is not None and self._serialized[0] is commit:

@@ -36,6 +36,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _met(cost_figures) -> str:
+    """Judged on both: the wall-clock cost (noisy here) and the writer's CPU share."""
+    return "yes" if max(cost_figures["cost"], cost_figures["cpu_share"]) <= COST_TARGET else "NO"
+
+
 def _median(runs, key):
     values = [run[key] for run in runs if run.get(key) is not None]
     return statistics.median(values) if values else None
@@ -58,11 +63,13 @@ def main(argv=None) -> int:
             ray.shutdown()
         resumes = resume.measure(tmp, mode, 4 if args.quick else 16, rounds)
     print(tabulate([[case, f"{c['epoch_s_none']:.3f}", f"{c['epoch_s_disk']:.3f}",
-                     f"{100 * c['cost']:+.1f} %", f"<= {100 * COST_TARGET:.0f} %",
-                     "yes" if c["cost"] <= COST_TARGET else "NO", f"{c['write_s'] * 1000:.0f}",
-                     f"{c['checkpoint_mib']:.1f}"] for case, c in costs.items()],
-                   headers=["workload", "epoch (s) no disk", "epoch (s) disk every epoch", "cost",
-                            "target", "met", "write (ms)", "checkpoint (MiB)"]))
+                     f"{100 * c['cost']:+.1f} %", f"{100 * c['cpu_share']:.1f} %",
+                     f"<= {100 * COST_TARGET:.0f} %", _met(c), f"{c['write_s'] * 1000:.0f}",
+                     f"{c['write_cpu_s'] * 1000:.1f}", f"{c['checkpoint_mib']:.1f}"]
+                    for case, c in costs.items()],
+                   headers=["workload", "epoch (s) no disk", "epoch (s) disk every epoch",
+                            "cost (wall)", "writer CPU share", "target", "met", "write (ms)",
+                            "write CPU (ms)", "checkpoint (MiB)"]))
     print()
     print(tabulate([[f"{_median(resumes, 'fresh_first_step_s'):.2f}",
                      f"{_median(resumes, 'resumed_first_step_s'):.2f}",

@@ -57,5 +57,9 @@ def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str) -> Dict[st
     none, disk = statistics.median(times["none"]), statistics.median(times["disk"])
     return {"epoch_s_none": none, "epoch_s_disk": disk, "cost": disk / none - 1,
             "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
-            "write_s": statistics.median(writer.write_seconds), "checkpoint_mib": size,
+            "write_s": statistics.median(writer.write_seconds),
+            "write_cpu_s": statistics.median(writer.write_cpu_seconds),
+            # What the writer takes from a machine whose cores the 2 workers fill:
+            "cpu_share": statistics.median(writer.write_cpu_seconds) / (2 * none),
+            "checkpoint_mib": size,
             "epochs_timed": len(times["disk"])}
