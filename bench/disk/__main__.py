@@ -68,7 +68,7 @@ def main(argv=None) -> int:
                      f"{c['write_cpu_s'] * 1000:.1f}", f"{c['checkpoint_mib']:.1f}"]
                     for case, c in costs.items()],
                    headers=["workload", "epoch (s) no disk", "epoch (s) disk every epoch",
-                            "cost (wall)", "writer CPU share", "target", "met", "write (ms)",
+                            "cost (wall)", "writer CPU / epoch", "target", "met", "write (ms)",
                             "write CPU (ms)", "checkpoint (MiB)"]))
     print()
     print(tabulate([[f"{_median(resumes, 'fresh_first_step_s'):.2f}",
