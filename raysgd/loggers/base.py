@@ -9,6 +9,7 @@ thread, in order, so a logger needs no locking of its own.
 from __future__ import annotations
 
 import numbers
+import os
 import types
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -49,6 +50,17 @@ class Logger:
 
     def finalize(self) -> None:
         """Flush and close; called once at trainer shutdown."""
+
+
+def path_in_run(given: Optional[str], run_dir: Optional[str], default_name: str,
+                what: str) -> str:
+    """A logger's own path, or ``default_name`` inside the trainer's ``checkpoint_dir``."""
+    if given is not None:
+        return given
+    if run_dir is None:
+        raise ConfigError(f"{what}, or TorchTrainer(checkpoint_dir=...) to write "
+                          f"{default_name} there")
+    return os.path.join(run_dir, default_name)
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

@@ -14,7 +14,7 @@ import os
 from typing import Any, Dict, IO, List, Mapping, Optional
 
 from raysgd.errors import ConfigError
-from raysgd.loggers.base import Logger
+from raysgd.loggers.base import Logger, path_in_run
 
 FIRST_COLUMNS = ["step", "epoch"]
 
@@ -28,11 +28,7 @@ class CSVLogger(Logger):
         self._file: Optional[IO[str]] = None
 
     def setup(self, run_dir: Optional[str], resumed_step: int) -> None:
-        if self.path is None:
-            if run_dir is None:
-                raise ConfigError("CSVLogger needs a path, or TorchTrainer(checkpoint_dir=...) "
-                                  "to write metrics.csv there")
-            self.path = os.path.join(run_dir, "metrics.csv")
+        self.path = path_in_run(self.path, run_dir, "metrics.csv", "CSVLogger needs a path")
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         if os.path.exists(self.path):
             self._drop_rows_after(resumed_step)

@@ -5,11 +5,10 @@ raysgd never needs (or pays for) the tensorboard package.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 from raysgd.errors import ConfigError
-from raysgd.loggers.base import Logger, flatten_config, is_number
+from raysgd.loggers.base import Logger, flatten_config, is_number, path_in_run
 
 
 class TensorBoardLogger(Logger):
@@ -20,11 +19,8 @@ class TensorBoardLogger(Logger):
         self.writer: Any = None
 
     def setup(self, run_dir: Optional[str], resumed_step: int) -> None:
-        if self.log_dir is None:
-            if run_dir is None:
-                raise ConfigError("TensorBoardLogger needs a log_dir, or "
-                                  "TorchTrainer(checkpoint_dir=...) to write tensorboard/ there")
-            self.log_dir = os.path.join(run_dir, "tensorboard")
+        self.log_dir = path_in_run(self.log_dir, run_dir, "tensorboard",
+                                   "TensorBoardLogger needs a log_dir")
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
