@@ -33,7 +33,7 @@ def set_state(state: Dict[str, Any]) -> None:
         return
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
-    if isinstance(internal, torch.Tensor):  # older checkpoints hold the tuple itself
+    if isinstance(internal, torch.Tensor):  # checkpoints before this format hold a tuple
         internal = internal.tolist()
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]

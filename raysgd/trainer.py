@@ -110,14 +110,13 @@ class TorchTrainer:
             checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
             checkpoint_score_attr, checkpoint_score_mode, self.settings.commit_every,
             in_process=self.use_local and self.num_workers == 1), self.operator_cls, loggers)
-        # The checkpoint is read and checked, and the loggers set up, before any actor starts.
-        resume_point = self._recorder.open(self.config)
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
             timeout_s, local_ranks=1 if self.use_local else 0,
             on_commit=self._recorder.commit_moved)
         try:
-            self._start(resume_point)
+            # The checkpoint is read and checked, and the loggers set up, before any actor starts.
+            self._start(self._recorder.open(self.config))
             self._recorder.start(fetch_to_driver)
         except BaseException:
             self._recorder.close()

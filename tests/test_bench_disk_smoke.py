@@ -30,5 +30,8 @@ def test_bench_disk_quick_reports_cost_and_resume(tmp_path):
     for resume in document["resume"]:
         assert resume["final_step"] == resume["expected_final_step"]
         assert 0 < resume["resumed_from_step"] <= resume["step_at_kill"]
-        assert resume["steps_rerun"] <= resume["disk_interval"] + 2  # one interval + in flight
+        # The interval since the last checkpoint on disk, plus one more when the driver was
+        # killed holding a commit it had not written yet (the orphaned workers run on to
+        # their next commit before Ray reaps them).
+        assert resume["steps_rerun"] <= 2 * resume["disk_interval"] + 2
         assert resume["resumed_first_step_s"] > 0

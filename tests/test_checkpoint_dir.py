@@ -276,6 +276,8 @@ def test_score_rule_modes():
     assert ScoreRule.create("val_mse").mode == "min"
     assert ScoreRule.create("min-val_acc") == ScoreRule("val_acc", "min")  # Tune's legacy form
     assert ScoreRule.create("max-val_loss") == ScoreRule("val_loss", "max")
+    with pytest.raises(ConfigError, match="give one of them"):
+        ScoreRule.create("max-val_loss", "min")
     with pytest.raises(ConfigError, match="checkpoint_score_mode"):
         ScoreRule.create("val_loss", "lowest")
     with pytest.raises(ConfigError, match="metric name"):

@@ -45,7 +45,8 @@ def test_train_writes_checkpoints_and_a_new_trainer_resumes(trainer_factory, tmp
     weights = _weights(first)
     first.shutdown()  # waits for the last checkpoint
     index = _index(tmp_path)
-    assert [e["epoch"] for e in index["checkpoints"]] == [2, 3]
+    # A call-end commit still waiting when the next arrives is skipped: epoch 2's may be.
+    assert index["checkpoints"][-1]["epoch"] == 3 and len(index["checkpoints"]) <= 2
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")) == \
         [e["file"] for e in index["checkpoints"]]
     second = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))

@@ -15,7 +15,7 @@ import ray
 from raysgd import TorchTrainer
 from raysgd.utils import BATCH_SIZE
 
-from bench.recovery.step_operator import StepLogOperator
+from bench.disk.operators import PacedStepLogOperator
 from bench.workloads import get_workload
 
 def main() -> None:
@@ -25,12 +25,14 @@ def main() -> None:
     parser.add_argument("--mode", default="full")
     parser.add_argument("--commit-every", type=int, default=16,
                         help="steps between commits; every commit is written to disk")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
     args = parser.parse_args()
     workload = get_workload("mlp", args.mode)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    trainer = TorchTrainer(StepLogOperator, num_workers=2, use_gpu=False,
+    trainer = TorchTrainer(PacedStepLogOperator, num_workers=2, use_gpu=False,
                            config={BATCH_SIZE: workload.batch_size, "workload": "mlp",
-                                   "mode": args.mode, "step_dir": args.step_dir},
+                                   "mode": args.mode, "step_dir": args.step_dir,
+                                   "step_sleep": args.step_sleep},
                            checkpoint_dir=args.dir, checkpoint_every_n_steps=args.commit_every,
                            checkpoint_every_n_steps_to_disk=args.commit_every)
     print(json.dumps({"resumed_epoch": trainer.epoch}), flush=True)

@@ -1,6 +1,8 @@
 """Operators the disk benchmark trains; in the ``bench`` package so Ray workers import them."""
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -8,6 +10,8 @@ from torch.utils.data import DataLoader
 from raysgd.torch import TrainingOperator
 from raysgd.torch.examples.digits import DigitsNet, digits_datasets
 from raysgd.utils import BATCH_SIZE
+
+from bench.recovery.step_operator import StepLogOperator
 
 
 class DigitsBenchOperator(TrainingOperator):
@@ -22,3 +26,12 @@ class DigitsBenchOperator(TrainingOperator):
             criterion=nn.CrossEntropyLoss())
         self.register_data(train_loader=DataLoader(train_set, batch_size=config[BATCH_SIZE],
                                                    shuffle=True))
+
+
+class PacedStepLogOperator(StepLogOperator):
+    """The resume driver's operator: ``config["step_sleep"]`` seconds per step, so that a
+    quick-mode step (a few ms) does not outrun the kill and the disk writer."""
+
+    def train_batch(self, batch, batch_info):
+        time.sleep(self.config.get("step_sleep", 0.0))
+        return super().train_batch(batch, batch_info)

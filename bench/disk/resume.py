@@ -23,13 +23,16 @@ from bench.launch import REPO_ROOT
 from bench.recovery.steplog import analyse, read_log
 from bench.workloads import get_workload
 
+QUICK_STEP_SLEEP_S = 0.05  # quick-mode steps take milliseconds: pace them like real ones
+
 
 def _launch(run_dir: str, step_dir: str, mode: str, commit_every: int) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-m", "bench.disk.driver", "--dir", run_dir, "--step-dir", step_dir,
-         "--mode", mode, "--commit-every", str(commit_every)],
+         "--mode", mode, "--commit-every", str(commit_every),
+         "--step-sleep", str(QUICK_STEP_SLEEP_S if mode == "quick" else 0.0)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
 
