@@ -92,9 +92,6 @@ class CheckpointDirectory:
         """The index entry of ``best.pt`` (with its score), or None."""
         return self._read_index().get("best")
 
-    def has_checkpoint(self) -> bool:
-        return bool(self.entries())
-
     def load_latest(self) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """``(state, entry)`` of the newest readable checkpoint, or None when there is none.
 

@@ -108,7 +108,6 @@ class DiskCheckpointer:
         self.score = score
         self.best_score = self._inherited_best(resumed_step)
         self._score_seen = False
-        self.written = 0          # checkpoints written (latest and best)
         self.last_path: Optional[str] = None
         self.write_seconds: List[float] = []  # wall time of each write
         self.write_cpu_seconds: List[float] = []  # the writer thread's CPU time of each
@@ -240,7 +239,6 @@ class DiskCheckpointer:
                                                        self.score.mode, score)
         else:
             self.last_path = self.directory.write(data, meta)
-        self.written += 1
         self.write_seconds.append(time.perf_counter() - start)
         self.write_cpu_seconds.append(time.thread_time() - cpu_start)
 

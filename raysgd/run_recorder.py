@@ -128,6 +128,9 @@ class NullCheckpointer:
 
 
 class RunRecorder:
+    """A trainer's run directory and loggers: ``open`` before the workers start (resume
+    point, logger set-up), ``start`` once they run, then commits and results, ``close``."""
+
     def __init__(self, disk: DiskSettings, operator_cls: type, loggers: Optional[Sequence]):
         self.disk = disk
         self.operator = operator_name(operator_cls)
