@@ -475,13 +475,18 @@ def test_hub_with_every_logger_writes_every_record(tmp_path, quiet_wandb, file_s
     assert b"val_accuracy" in wandb_bytes(wandb_file, b"val_accuracy")
 
 
+def _python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (module imports and exit hooks are per process)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
 def test_importing_loggers_imports_no_tracker():
     code = ("import sys, raysgd.loggers\n"
             "loaded = [m for m in ('mlflow', 'wandb', 'tensorboard', 'torch.utils.tensorboard')"
             " if m in sys.modules]\n"
             "assert not loaded, loaded\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = _python(code)
     assert result.returncode == 0, result.stderr
 
 
@@ -495,7 +500,6 @@ def test_a_hub_never_closed_is_closed_at_exit():
             "hub = LoggerHub([Printer()])\n"
             "hub.setup(None, 0)\n"
             "hub.log_metrics({'a': 1.0}, 3)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = _python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["step 3", "finalized"]

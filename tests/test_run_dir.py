@@ -33,6 +33,13 @@ def _index(path) -> dict:
     return json.loads((path / INDEX).read_text())
 
 
+def _one_epoch_in(run_dir, trainer_factory, operator=LinearOperator) -> None:
+    """A run that trains one epoch into ``run_dir`` and shuts down (its checkpoint on disk)."""
+    trainer = trainer_factory(operator, config=SHUFFLED, checkpoint_dir=str(run_dir))
+    trainer.train()
+    trainer.shutdown()
+
+
 class OtherOperator(LinearOperator):
     pass
 
@@ -101,9 +108,7 @@ class SetupFails(LinearOperator):
 
 
 def test_a_setup_error_while_resuming_keeps_its_type(trainer_factory, tmp_path):
-    first = trainer_factory(SetupFails, config=SHUFFLED, checkpoint_dir=str(tmp_path))
-    first.train()
-    first.shutdown()
+    _one_epoch_in(tmp_path, trainer_factory, SetupFails)
     with pytest.raises(FileNotFoundError, match="dataset missing"):
         trainer_factory(SetupFails, config={**SHUFFLED, "broken": True},
                         checkpoint_dir=str(tmp_path))
@@ -126,9 +131,7 @@ def test_tune_trainables_refuse_a_shared_checkpoint_dir(tmp_path):
 
 
 def test_checkpoint_of_another_operator_is_refused(trainer_factory, tmp_path):
-    first = trainer_factory(config=SHUFFLED, checkpoint_dir=str(tmp_path))
-    first.train()
-    first.shutdown()
+    _one_epoch_in(tmp_path, trainer_factory)
     with pytest.raises(CheckpointError, match="LinearOperator.*OtherOperator"):
         trainer_factory(OtherOperator, config=SHUFFLED, checkpoint_dir=str(tmp_path))
 
@@ -145,9 +148,7 @@ class WideOperator(LinearOperator):
 
 
 def test_checkpoint_with_incompatible_models_is_refused_not_half_loaded(trainer_factory, tmp_path):
-    first = trainer_factory(WideOperator, config=SHUFFLED, checkpoint_dir=str(tmp_path))
-    first.train()
-    first.shutdown()
+    _one_epoch_in(tmp_path, trainer_factory, WideOperator)
     with pytest.raises(CheckpointError, match="does not fit WideOperator.*resume=False"):
         trainer_factory(WideOperator, config={**SHUFFLED, "wide": True},
                         checkpoint_dir=str(tmp_path))
