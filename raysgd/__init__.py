@@ -6,11 +6,12 @@ from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesU
                            TrainerShutdownError, WorkerFailedError)
 from raysgd.operator import TrainingOperator
 from raysgd.trainer import TorchTrainer
+from raysgd.warm import idle_workers, release_idle_workers
 
 __version__ = "0.1.0"
 
 __all__ = ["TorchTrainer", "TrainingOperator", "RaySGDError", "ConfigError", "CheckpointError",
-           "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
+           "idle_workers", "release_idle_workers", "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
            "PyTorchTrainer"]
 
 

@@ -1,11 +1,13 @@
 """The Ray actor around one :class:`WorkerRunner`: set-up, calls and control threads."""
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any, Callable, Dict, Optional
 
 import ray
 
+from raysgd.process_state import Baseline
 from raysgd.runner import WorkerRunner
 
 # How long a remote rank waits at a commit for the driver to take it before
@@ -19,6 +21,13 @@ class _WorkerActor:
     def __init__(self):
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
+        self.baseline = Baseline.capture()  # before any user code ran here
+
+    def warm(self, operator_cls: type) -> bool:
+        """Do now what a worker's first trainer would wait for: import the operator's
+        module (arriving as an argument does) and what DDP imports on first use."""
+        importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
+        return True
 
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
@@ -29,6 +38,16 @@ class _WorkerActor:
         if init_hook is not None:
             self.execute_fn(init_hook)
         self.runner = WorkerRunner(**runner_kwargs)
+
+    def release(self) -> bool:
+        """Stop the runner (its process group and operator) and reset the process, so the
+        next trainer finds it as a new one would be; the process stays, warm."""
+        if self.runner is not None:
+            self.runner.shutdown()
+            self.runner = None
+        self.rank = -1
+        self.baseline.restore()
+        return True
 
     def execute(self, method: str, *args, **kwargs) -> Any:
         return self.execute_fn(getattr(self.runner, method), *args, **kwargs)

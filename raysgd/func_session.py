@@ -34,6 +34,12 @@ def is_distributed_trainable() -> bool:
     return _active is not None
 
 
+def reset() -> None:
+    """Forget this process's session (a pooled worker starting over for a new trainer)."""
+    global _active
+    _active = None
+
+
 def checkpoint_call(func: Callable) -> Callable[[Dict[str, Any], Optional[str]], Any]:
     """How to call ``func`` with ``(config, checkpoint_dir)``: ``func(config)``,
     ``func(config, checkpoint_dir)`` or ``func(config, *, checkpoint_dir)``.

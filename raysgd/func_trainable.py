@@ -88,7 +88,10 @@ class FunctionTrainable(tune.Trainable):
                             backend=self._backend, timeout_s=self._timeout_s,
                             placement_strategy=self._placement_strategy,
                             num_workers_per_host=self._num_workers_per_host,
-                            checkpoint_every_n_steps=None, _reservation=reservation)
+                            checkpoint_every_n_steps=None, _reservation=reservation,
+                            # The function runs in a thread no one can stop: its processes
+                            # cannot serve another trainer, nor survive a peer's death.
+                            reuse_workers=False, spare_workers=0)
 
     def step(self) -> Dict[str, Any]:
         if self._finished:

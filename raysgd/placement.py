@@ -33,6 +33,27 @@ def driver_is_ray_client() -> bool:
     return ray.util.client.ray.is_connected()
 
 
+def ray_session() -> tuple:
+    """Names the Ray session this driver is in: actors of another session are gone."""
+    context = ray.get_runtime_context()
+    return context.get_node_id(), context.get_job_id()
+
+
+def alive_nodes() -> set:
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def bundle_nodes(group: PlacementGroup) -> Dict[int, str]:
+    """The node each bundle of a ready placement group sits on."""
+    return ray.util.placement_group_table(group)["bundles_to_node_id"]
+
+
+def other_node(node_id: str) -> Optional[str]:
+    """An alive node other than ``node_id`` (the first by id), or None on a one-node cluster."""
+    others = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != node_id)
+    return others[0] if others else None
+
+
 def cluster_gpus() -> float:
     ensure_ray()
     return ray.cluster_resources().get("GPU", 0.0)

@@ -163,6 +163,12 @@ class ApexPrecision(Precision):
 _warned_cpu_fp16 = False
 
 
+def reset_warnings() -> None:
+    """Warn again, as a new process would (a pooled worker starting over for a new trainer)."""
+    global _warned_cpu_fp16
+    _warned_cpu_fp16 = False
+
+
 def create_precision(use_fp16: Any, device: torch.device,
                      apex_args: Optional[Mapping[str, Any]] = None) -> Precision:
     """Resolve ``use_fp16`` for ``device`` into one precision object."""

@@ -105,6 +105,11 @@ class RecoveryPolicy:
             return Decision(False, reason=f"recovery time budget of {self.config.budget_s:g}s spent")
         return self._restart(placeable_workers, wait)
 
+    def restart_now(self, placeable_workers: int) -> Decision:
+        """Spares could not take the dead ranks' places: start a new group at once (the same
+        recovery attempt; ``on_failure`` already counted it)."""
+        return self._restart(placeable_workers, 0.0)
+
     def on_no_capacity(self, placeable_workers: int) -> Decision:
         """A restart could not place its workers: look again after a backoff.
 

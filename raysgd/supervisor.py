@@ -146,6 +146,7 @@ class Supervisor:
     def _moved(self, commit: Commit, in_epoch: bool) -> None:
         self.commit = commit
         self.on_commit(commit, in_epoch)
+        self.group.refill_spares()  # training runs: time to warm spares for a failure
 
     # ------------------------------------------------------------- recovery
     def _recover(self, failure: WorkerFailedError, steps_lost: int) -> None:
@@ -156,9 +157,21 @@ class Supervisor:
                        "%d (%d step(s) lost): %s", list(failure.ranks), self.commit.step,
                        steps_lost, failure)
         previous = self.group.num_workers
-        self.group.shutdown(force=True)
+        dead = [f.rank for f in failure.failures if f.died]
+        if self.group.can_replace(dead):
+            decision = self.policy.on_failure(previous)  # spares: nothing needs placing
+            if decision.retry:
+                time.sleep(decision.wait_s)
+                if self._replaced(dead):
+                    self.stats.recoveries += 1
+                    return
+            self.group.shutdown(force=True)
+            if decision.retry:
+                decision = self.policy.restart_now(self._placeable(previous))
+        else:
+            self.group.shutdown(force=True)
+            decision = self.policy.on_failure(self._placeable(previous))
         ceiling = self.target  # lowered when a size could not be placed
-        decision = self.policy.on_failure(self._placeable(previous))
         while True:
             if not decision.retry:
                 self.group = None
@@ -175,6 +188,19 @@ class Supervisor:
                 # The resource view can lag a lost node: try one fewer next time.
                 ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
+
+    def _replaced(self, dead: List[int]) -> bool:
+        """Spares take the ``dead`` ranks' places, the survivors stay; every rank loads the
+        commit. False (the group is then stopped) when that fails."""
+        try:
+            capabilities = self.group.replace(dead)
+            self.group.restore(self.commit)
+        except (ResourcesUnavailableError, WorkerFailedError) as exc:
+            logger.warning("raysgd: spares could not take rank(s) %s (%s); restarting every "
+                           "worker", dead, exc)
+            return False
+        self.capabilities = capabilities
+        return True
 
     def _roll_back(self, error: BaseException, mutated: bool, steps_lost: int = 0) -> None:
         """User code raised: put every rank back at the last commit, or close the trainer."""

@@ -12,8 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd import checkpoint as checkpoint_io
 from raysgd import placement
-from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WorkerSettings, check_choices,
-                           check_commit_every, check_max_retries, check_num_gpus_per_worker,
+from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, WorkerSettings,
+                           check_choices, check_commit_every, check_max_retries,
+                           check_num_gpus_per_worker,
                            check_num_steps, check_num_workers, check_placement_strategy,
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
@@ -58,6 +59,7 @@ class TorchTrainer:
                  checkpoint_every_n_steps_to_disk: Optional[int] = None, resume: bool = True,
                  checkpoint_score_attr: Optional[str] = None, checkpoint_score_mode: str = "auto",
                  loggers: Optional[List[Any]] = None,
+                 reuse_workers: bool = True, spare_workers: Optional[int] = None,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  num_replicas=None, batch_size=None, data_loader_args=None,
@@ -97,6 +99,8 @@ class TorchTrainer:
             num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
             commit_every=check_commit_every(checkpoint_every_n_steps),
             clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
+        self._warm = WarmSettings.create(reuse_workers, spare_workers,
+                                         self.num_workers - (1 if self.use_local else 0), use_gpu)
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._global_batch = self._check_batch_size()
         self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None
@@ -179,7 +183,7 @@ class TorchTrainer:
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
                                placement_timeout_s=timeout, reservation=self._reservation,
                                placement_strategy=self._placement_strategy,
-                               workers_per_host=self._workers_per_host)
+                               workers_per_host=self._workers_per_host, warm=self._warm)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,
@@ -287,6 +291,8 @@ class TorchTrainer:
     def shutdown(self, force: bool = False) -> None:
         """Stop the workers; every later call raises :class:`TrainerShutdownError`.
 
+        The worker processes go back to this driver's pool, reset, for the next trainer of
+        the same shape to reuse (``reuse_workers=False`` or ``force=True`` kills them).
         Waits for the last checkpoint to reach ``checkpoint_dir`` and closes the loggers.
         """
         self._recorder.close()

@@ -6,11 +6,17 @@ with ``use_local`` that bundle is rank 0) and one per remote worker. The
 trainer inside the trial starts its workers in the trial's bundles, so Tune's
 accounting and the workers agree, and worker failures are recovered inside
 the trial as anywhere else.
+
+With ``reuse_actors=True`` Tune hands a finished trial's actor, placement
+group included, to the next trial that asks for the same resources;
+``reset_config`` then swaps the trainer inside it (see its docstring).
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
+import logging
 import os
 from typing import Any, Callable, Dict, Optional
 
@@ -29,6 +35,8 @@ RESOURCE_KEYS = ("num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "u
 CHECKPOINT_FILE = "raysgd_checkpoint.pt"
 CONFIG_FILE = "trial_config.json"
 DRIVER_BUNDLE = {"CPU": 1.0}
+
+logger = logging.getLogger("raysgd")
 
 
 def _check_override(fn: Optional[Callable]) -> None:
@@ -96,8 +104,38 @@ class BaseTorchTrainable(tune.Trainable):
 
     # ------------------------------------------------------------ trial
     def setup(self, config: Dict[str, Any]) -> None:
+        self._start_trial(config)
+
+    def _start_trial(self, config: Dict[str, Any]) -> None:
         self._trial_config = config
+        # The request this actor's placement group was made for (reset_config checks it).
+        self._held_request = type(self).default_resource_request(config)
         self._trainer = self._create_trainer(config)
+
+    def reset_config(self, new_config: Dict[str, Any]) -> bool:
+        """Run the next trial on this actor (Tune's ``reuse_actors=True``).
+
+        Shuts this trial's trainer down and builds the new trial's the way ``setup`` does,
+        in the placement group this actor already holds. Tune reuses an actor only for a
+        trial whose resource request equals the finished one's; should the new config ask
+        for a different placement group anyway, this returns False (Tune then ends the
+        trial with an error; it does not start a fresh actor for it).
+        """
+        held = getattr(self, "_held_request", None)
+        wanted = type(self).default_resource_request(new_config)
+        if held is not None and wanted != held:
+            logger.warning("raysgd: cannot run a trial that asks for %s on a Tune actor "
+                           "holding %s; run it with reuse_actors=False.", wanted, held)
+            return False
+        trainer, self._trainer = getattr(self, "_trainer", None), None
+        self._trial_config = None
+        if trainer is not None:
+            trainer.shutdown()  # its workers go back to the pool for the next trainer
+        # Tune resets the iteration counters after this returns, not the last result: a
+        # fresh actor has none (save() indexes a checkpoint by it).
+        self._last_result = None
+        self._start_trial(copy.deepcopy(new_config))  # setup() gets a copy too
+        return True
 
     def _create_trainer(self, config: Dict[str, Any]) -> TorchTrainer:
         """The trial's trainer (Ray 1.12's hook: a direct subclass may override it)."""

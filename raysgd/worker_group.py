@@ -2,8 +2,13 @@
 
 It reserves resources with a placement group, starts one actor per remote
 rank in parallel (plus, with ``use_local``, rank 0 in the driver), sets up the
-process group with rank 0's node as the rendezvous, fans calls out and turns
-worker failures into typed errors.
+process group with rank 0's node as the rendezvous, and fans calls out
+(``fanout.FanOut``: failures become typed errors).
+
+Processes stay warm (``raysgd.pool``): a group takes an idle crew of the same
+shape instead of starting actors, and hands its own to the pool when it stops
+cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
+dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
 """
 from __future__ import annotations
 
@@ -15,29 +20,25 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysgd import placement
-from raysgd.actor import COMMIT_WAIT_S, RemoteWorker
-from raysgd.config import RankInfo, WorkerSettings
+from raysgd import warm as warm_processes
+from raysgd.actor import COMMIT_WAIT_S
+from raysgd.config import RankInfo, WarmSettings, WorkerSettings
 from raysgd.distributed import local_ranks
-from raysgd.errors import RankFailure, ResourcesUnavailableError
-from raysgd.failures import primary_failure
+from raysgd.errors import ResourcesUnavailableError
+from raysgd.fanout import FanOut
 from raysgd.health import Commit, HealthMonitor
+from raysgd.pool import POOL, Crew
 from raysgd.runner import WorkerRunner
 from raysgd.watch import CallWatch, pull_to_driver
 
 logger = logging.getLogger("raysgd")
 
-# Seconds to keep collecting other ranks' errors after the first one arrives,
-# so a report names the dead rank *and* the survivors it broke.
-FAILURE_GRACE_S = 1.0
+RELEASE_S = 10.0  # how long a stopping worker may take to reset before it is killed
 
 
-POLL_S = 0.1  # how often a monitored call checks health
-
-
-class WorkerGroup:
+class WorkerGroup(FanOut):
     """Starts, drives and stops the workers of one trainer."""
 
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],
@@ -45,7 +46,8 @@ class WorkerGroup:
                  initialization_hook: Optional[Callable] = None,
                  placement_timeout_s: float = 100.0,
                  reservation: Optional[placement.Reservation] = None,
-                 placement_strategy: str = "PACK", workers_per_host: Optional[int] = None):
+                 placement_strategy: str = "PACK", workers_per_host: Optional[int] = None,
+                 warm: WarmSettings = WarmSettings()):
         self.operator_cls = operator_cls
         self.config_for_rank = config_for_rank
         self.settings = settings
@@ -58,8 +60,12 @@ class WorkerGroup:
         self.workers_per_bundle = workers_per_host or 1
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
+        self.warm = warm
+        self.residence = warm_processes.residence(settings)
+        self.spares: List[Any] = []  # warm zero-CPU actors for dead ranks' places
         self.reservation = reservation
         self._pg = None
+        self._nodes: List[str] = []  # each rank's node
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         # Set when the last call failed while other ranks were still inside it
@@ -76,12 +82,7 @@ class WorkerGroup:
         """Start every worker and run the operators' ``setup``; returns their summaries."""
         started = time.perf_counter()
         try:
-            infos = self._create_workers()
-            self._start_runners(infos)
-            if self.num_workers > 1:
-                port = self.execute_single(0, "create_store", infos[0]["host"])
-                self.execute("setup_process_group", infos[0]["host"], port)
-            summaries = self.execute("setup_operator")
+            summaries = self._set_up(self._create_workers())
         except BaseException:
             self.shutdown(force=True)
             raise
@@ -89,15 +90,106 @@ class WorkerGroup:
                     time.perf_counter() - started)
         return summaries
 
+    def _set_up(self, infos: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """Runners, process group and operators on workers that run nothing yet."""
+        self._start_runners(infos)
+        if self.num_workers > 1:
+            port = self.execute_single(0, "create_store", infos[0]["host"])
+            self.execute("setup_process_group", infos[0]["host"], port)
+        summaries = self.execute("setup_operator")
+        self._nodes = [info["node_id"] for info in infos]
+        return summaries
+
     def _create_workers(self) -> List[Dict[str, Any]]:
         infos = []
         if self.use_local:
             infos.append(self._local_info())
-        if self.num_remote:
+        if not self.num_remote:
+            return infos
+        placement.ensure_ray()
+        if not self.residence.keeps_group:
+            self._reserve()  # a pooled crew is seated on the new group's nodes
+        adopted = warm_processes.take_crew(self._crew_key(), None if self.residence.keeps_group
+                                 else self._worker_nodes()) if self.warm.reuse else None
+        if adopted is not None:
+            crew, crew_infos = adopted
+            self.actors, self.spares = crew.actors, crew.spares
+            self._pg = crew.group or self._pg
+            return infos + crew_infos
+        if self.residence.keeps_group:
+            warm_processes.release_idle_workers()  # they may hold the resources this group needs
             self._reserve()
-            self.actors = [self._new_actor(i) for i in range(self.num_remote)]
-            infos += self._get([a.node_info.remote() for a in self.actors], offset=len(infos))
-        return infos
+        group, nodes, bundle = self._group(), self._worker_nodes(), self._bundle()
+        self.actors = [self.residence.actor(group, self._bundle_index(i), bundle, nodes[i])
+                       for i in range(self.num_remote)]
+        return infos + self._get([a.node_info.remote() for a in self.actors], offset=len(infos))
+
+    # ------------------------------------------------------------ warm pool
+    def _crew_key(self) -> tuple:
+        """What a pooled crew must match: resources per worker, count, and where they live."""
+        where: tuple = ()
+        if self.residence.keeps_group:  # the crew's placement group comes with it
+            where = (self.placement_strategy,) if self.reservation is None else \
+                (self.reservation.group.id, self.reservation.first_bundle)
+        return (tuple(sorted(self._bundle().items())), self.num_remote, self.workers_per_bundle,
+                where)
+
+    def _hand_to_pool(self) -> bool:
+        """Reset every worker and give them to the pool; False when one would not reset."""
+        try:
+            ray.get([a.release.remote() for a in self.actors], timeout=RELEASE_S)
+        except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+            logger.warning("raysgd: a worker did not reset for reuse (%s); stopping them", exc)
+            return False
+        kept, held = None, {}
+        if self.residence.keeps_group and self._pg is not None:
+            kept, self._pg = self._pg, None
+            held = {key: sum(b[key] for b in self._bundles()) for key in self._bundle()}
+        POOL.give(Crew(placement.ray_session(), self._crew_key(), self.actors, self.spares,
+                       kept, held, stop=warm_processes.stop_crew))
+        self.actors, self.spares = [], []
+        return True
+
+    # --------------------------------------------------------------- spares
+    def can_replace(self, ranks: Sequence[int]) -> bool:
+        """Whether spares can take the places of the dead ``ranks`` with the others staying:
+        they died alone (their nodes live: a lost node's bundle must be placed anew)."""
+        first_remote = 1 if self.use_local else 0
+        if not ranks or self.left_running or len(ranks) > len(self.spares) \
+                or min(ranks) < first_remote:
+            return False
+        alive = placement.alive_nodes()
+        return all(self._nodes[rank] in alive for rank in ranks)
+
+    def replace(self, ranks: Sequence[int]) -> List[Dict[str, Any]]:
+        """Spares take the dead ``ranks``' places and every rank sets up again (new process
+        group, operators built anew); the survivors keep their processes. Returns the
+        operators' summaries; on a failure the caller stops the group."""
+        offset = 1 if self.use_local else 0
+        for rank in ranks:
+            ray.kill(self.actors[rank - offset], no_restart=True)
+            self.actors[rank - offset] = self.spares.pop(0)
+        logger.warning("raysgd: spare worker(s) take rank(s) %s; the process group re-forms",
+                       list(ranks))
+        self._get([a.release.remote() for a in self.actors], offset=offset)
+        infos = []
+        if self.local_runner is not None:
+            self.local_runner.shutdown()
+            self.local_runner = None
+            infos.append(self._local_info())
+        infos += self._get([a.node_info.remote() for a in self.actors], offset=offset)
+        return self._set_up(infos)
+
+    def refill_spares(self) -> None:
+        """Start spares up to the wanted count, without waiting for them.
+
+        Called at each commit, not at start: a starting process takes CPU that the
+        workers' own start and first steps need more.
+        """
+        missing = self.warm.spares - len(self.spares)
+        if missing > 0 and self.actors:
+            self.spares += warm_processes.start_spares(missing, self.residence, self.operator_cls,
+                                             self._nodes[0] if self._nodes else None)
 
     def _local_info(self) -> Dict[str, Any]:
         if ray.is_initialized():
@@ -128,13 +220,16 @@ class WorkerGroup:
         self._pg = placement.reserve(bundles[0], len(bundles), self.placement_timeout_s,
                                      self.placement_strategy)
 
-    def _new_actor(self, index: int):
-        bundle = self._bundle()
-        group = self.reservation.group if self.reservation is not None else self._pg
-        strategy = PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=self._first_bundle + index // self.workers_per_bundle)
-        return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
-                                     scheduling_strategy=strategy).remote()
+    def _group(self):
+        return self.reservation.group if self.reservation is not None else self._pg
+
+    def _bundle_index(self, worker: int) -> int:
+        return self._first_bundle + worker // self.workers_per_bundle
+
+    def _worker_nodes(self) -> List[str]:
+        """The node of each remote worker's bundle."""
+        nodes = placement.bundle_nodes(self._group())
+        return [nodes[self._bundle_index(i)] for i in range(self.num_remote)]
 
     def _start_runners(self, infos: List[Dict[str, Any]]) -> None:
         local = local_ranks([info["node_id"] for info in infos])
@@ -153,39 +248,6 @@ class WorkerGroup:
                 self.initialization_hook()
             self.local_runner = WorkerRunner(**kwargs[0])
         self._get(refs, offset=1 if self.use_local else 0)
-
-    # ---------------------------------------------------------------- fan-out
-    def execute(self, method: str, *args, abort_on_failure: bool = True,
-                watch: Optional[CallWatch] = None, **kwargs) -> List[Any]:
-        """Call ``runner.method(*args)`` on every rank; results in rank order.
-
-        With a ``watch`` the call is health-checked and collects in-epoch commits.
-        """
-        return self.execute_per_rank(method, [args] * self.num_workers,
-                                     abort_on_failure=abort_on_failure, watch=watch, **kwargs)
-
-    def execute_per_rank(self, method: str, args_per_rank: Sequence[tuple],
-                         abort_on_failure: bool = True, watch: Optional[CallWatch] = None,
-                         **kwargs) -> List[Any]:
-        offset = 1 if self.use_local else 0
-        refs = [actor.execute.remote(method, *args_per_rank[i + offset], **kwargs)
-                for i, actor in enumerate(self.actors)]
-        local_future = None
-        if self.local_runner is not None:
-            args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args_per_rank[0]]
-            local_future = self._run_local(getattr(self.local_runner, method), *args, **kwargs)
-        return self._gather(refs, offset, local_future, abort_on_failure, watch)
-
-    def put(self, obj: Any) -> Any:
-        """Store ``obj`` once so every remote worker reads the same copy."""
-        return ray.put(obj) if self.actors else obj
-
-    def execute_single(self, rank: int, method: str, *args, **kwargs) -> Any:
-        if self.use_local and rank == 0:
-            return getattr(self.local_runner, method)(*args, **kwargs)
-        actor = self.actors[rank - (1 if self.use_local else 0)]
-        return self._get([actor.execute.remote(method, *args, **kwargs)], offset=rank,
-                         abort_on_failure=False)[0]
 
     # --------------------------------------------------------------- commits
     def execute_pair(self, method: str, *args, watch: Optional[CallWatch] = None):
@@ -231,6 +293,7 @@ class WorkerGroup:
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
         if not ray.is_initialized():
             return 0
+        POOL.release_idle()  # a running trainer needs resources more than idle workers do
         if self.reservation is not None:
             return self.reservation.size  # ours alone; a dead worker's bundle comes back
         return placement.placeable_workers(self._bundle(), want=want)
@@ -239,125 +302,20 @@ class WorkerGroup:
     def cluster_gpus() -> float:
         return placement.cluster_gpus()
 
-    def _run_local(self, fn: Callable, *args, **kwargs) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        if not self.actors:  # alone: run in the caller's thread so debuggers work
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                future.set_exception(exc)
-            return future
-        # With remote peers, rank 0 runs in a thread so the driver keeps
-        # watching the peers and can abort a collective one of them broke.
-        if self._threads is None:
-            self._threads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raysgd-rank0")
-        return self._threads.submit(fn, *args, **kwargs)
-
-    def _get(self, refs: list, offset: int, abort_on_failure: bool = True) -> List[Any]:
-        return self._gather(refs, offset, None, abort_on_failure)[offset:]
-
-    def _gather(self, refs: list, offset: int, local_future, abort_on_failure: bool,
-                watch: Optional[CallWatch] = None) -> List[Any]:
-        results: List[Any] = [None] * (len(refs) + offset)
-        failures: List[RankFailure] = []
-        self.left_running = False
-        pending = {ref: i + offset for i, ref in enumerate(refs)}
-        polling = local_future is not None or watch is not None
-        while pending and not failures:
-            wake = watch.wake_refs() if watch is not None else []
-            ready, _ = ray.wait(list(pending) + wake, num_returns=1,
-                                timeout=POLL_S if polling else None)
-            for ref in ready:
-                if ref in pending:
-                    self._collect(ref, pending.pop(ref), results, failures)
-            if local_future is not None and local_future.done():
-                self._collect_local(local_future, results, failures)
-                local_future = None
-            if watch is not None and not failures:
-                watch.tick()
-        if failures and abort_on_failure:
-            # Survivors may be stuck in a collective: take what arrives within
-            # the grace period; ranks still inside the call are left_running, and
-            # the caller replaces the group (a restart) instead of reusing it.
-            self._collect_stragglers(pending, local_future, results, failures)
-            self.left_running = bool(pending) or (local_future is not None
-                                                  and not local_future.done())
-            self._probe_liveness(failures, watch)
-        elif failures:
-            for ref, rank in pending.items():
-                self._collect(ref, rank, results, failures)
-        if local_future is not None and not failures:
-            self._wait_local(local_future, watch, results, failures)
-        if failures:
-            raise primary_failure(failures)
-        return results
-
-    def _wait_local(self, future, watch, results, failures) -> None:
-        while watch is not None and not future.done():
-            try:
-                future.result(timeout=POLL_S)
-            except concurrent.futures.TimeoutError:
-                watch.tick()
-            except BaseException:  # noqa: BLE001 - collected just below
-                break
-        self._collect_local(future, results, failures, wait=True)
-
-    def _collect(self, ref, rank: int, results: list, failures: List[RankFailure]) -> None:
-        try:
-            results[rank] = ray.get(ref)
-        except RayTaskError as err:
-            cause = err.cause if isinstance(err.cause, BaseException) else err
-            failures.append(RankFailure(rank, cause, str(err)))
-        except RayActorError as err:
-            failures.append(RankFailure(rank, err, str(err), died=True))
-
-    def _collect_local(self, future, results: list, failures: List[RankFailure],
-                       wait: bool = False) -> None:
-        try:
-            results[0] = future.result() if wait or future.done() else None
-        except BaseException as exc:  # noqa: BLE001 - user code may raise anything
-            exc.add_note("[raysgd] raised on rank 0 (driver, use_local=True)")
-            failures.append(RankFailure(0, exc))
-
-    def _collect_stragglers(self, pending: dict, local_future, results, failures) -> None:
-        deadline = time.monotonic() + FAILURE_GRACE_S
-        if pending:
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=FAILURE_GRACE_S)
-            for ref in ready:
-                self._collect(ref, pending.pop(ref), results, failures)
-        if local_future is not None:
-            try:
-                local_future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                pass
-            except BaseException as exc:  # noqa: BLE001
-                failures.append(RankFailure(0, exc))
-
-    def _probe_liveness(self, failures: List[RankFailure], watch: Optional[CallWatch]) -> None:
-        """Group state: a worker that died makes every other error its consequence.
-
-        Death notices can lag behind the survivors' collective errors, so ask
-        each worker directly (its control thread answers even mid-collective).
-        The survivors' answers also tell the watch how far training got.
-        """
-        offset = 1 if self.use_local else 0
-        known = {f.rank for f in failures if f.died}
-        probes = {actor.progress.remote(): i + offset for i, actor in enumerate(self.actors)
-                  if i + offset not in known}
-        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=FAILURE_GRACE_S * 2)
-        for ref in ready:
-            try:
-                report = ray.get(ref)
-                if watch is not None:
-                    watch.monitor.observe(probes[ref], report)
-            except RayActorError as err:
-                failures.append(RankFailure(probes[ref], err, str(err), died=True))
-
     # --------------------------------------------------------------- shutdown
     def shutdown(self, force: bool = False) -> None:
-        """Stop every worker; with ``force`` kill them without a clean teardown (and without
-        waiting for Ray to show their resources free again: recovery must not wait for a
-        lost node's resources)."""
+        """Stop every worker: hand them to the pool (``warm.reuse``), or kill them.
+
+        With ``force`` kill them without a clean teardown (and without waiting for Ray to
+        show their resources free again: recovery must not wait for a lost node's resources).
+        Workers still inside a call (``left_running``) are never reused.
+        """
+        reusable = self.warm.reuse and not force and not self.left_running
+        if self.actors and reusable and ray.is_initialized() and not self._hand_to_pool():
+            force = True  # a worker that would not reset will not stop cleanly either
+        for spare in self.spares:
+            ray.kill(spare, no_restart=True)
+        self.spares = []
         wait_for_release = self._pg is not None and not force
         available = ray.available_resources() if wait_for_release else {}
         if not force and self.actors:
@@ -379,4 +337,5 @@ class WorkerGroup:
             placement.release(self._pg, {k: available.get(k, 0.0) + v for k, v in freed.items()}
                               if wait_for_release else None)
             self._pg = None
+
 

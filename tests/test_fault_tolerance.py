@@ -86,6 +86,35 @@ def test_sigkill_mid_epoch_recovers_to_bitwise_equal_weights(reference, ray_cpus
         trainer.shutdown()
 
 
+@pytest.mark.parametrize("spares", [1, 0])
+def test_a_killed_rank_is_taken_by_a_spare_and_the_survivor_keeps_its_process(
+        reference, ray_cpus, tmp_path, spares):
+    import ray
+
+    trainer = make(tmp_path, spare_workers=spares)
+    try:
+        epochs = [trainer.train()["epoch"]]
+        before = trainer.apply_all_workers(os.getpid)
+        spare_pids = [ray.get(s.node_info.remote())["pid"]
+                      for s in trainer._supervisor.group.spares]
+        assert len(spare_pids) == spares
+        kill_at_step(tmp_path, 1, 16 + 10)  # mid second epoch
+        epochs += [trainer.train()["epoch"] for _ in range(EPOCHS - 1)]
+        after = trainer.apply_all_workers(os.getpid)
+        assert trainer.recovery_stats.recoveries == 1
+        if spares:
+            assert after == [before[0], spare_pids[0]]  # the survivor stayed, the spare came in
+            assert len(trainer._supervisor.group.spares) == 1  # and a new spare was started
+        else:
+            assert not set(after) & set(before)  # without a spare every rank restarts
+        ref_weights, ref_epochs, _ = reference
+        assert epochs == ref_epochs
+        for got, want in zip(weights(trainer), ref_weights):
+            assert torch.equal(got, want)
+    finally:
+        trainer.shutdown()
+
+
 def test_soak_20_kills_at_random_steps(reference, ray_cpus, tmp_path):
     trainer = make(tmp_path)
     rng = random.Random(7)

@@ -76,12 +76,12 @@ def _modules():
     return {str(p.relative_to(PACKAGE.parent)): p for p in PACKAGE.rglob("*.py")}
 
 
-RAY_BOUNDARY = ("worker_group.py", "actor.py", "placement.py", "watch.py", "tune.py",
-                "func_trainable.py", "func_hooks.py")
+RAY_BOUNDARY = ("worker_group.py", "fanout.py", "warm.py", "actor.py", "placement.py", "watch.py",
+                "tune.py", "func_trainable.py", "func_hooks.py")
 
 
 def test_only_the_worker_group_imports_ray():
-    """The worker group (with its placement and watch helpers), Tune and the function
+    """The worker group (with its fan-out, warm-process, placement and watch helpers), Tune and the function
     trainable's Tune side and session hooks are the Ray boundary."""
     offenders = [name for name, path in _modules().items()
                  if any(n == "ray" or n.startswith("ray.") for n in _imports(path))

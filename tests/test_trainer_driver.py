@@ -20,7 +20,7 @@ class FakeWorkerGroup:
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
                  initialization_hook=None, placement_timeout_s=60.0, reservation=None,
-                 placement_strategy="PACK", workers_per_host=None):
+                 placement_strategy="PACK", workers_per_host=None, warm=None):
         self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None
@@ -82,6 +82,12 @@ class FakeWorkerGroup:
 
     def shutdown(self, force=False):
         self.shut = True
+
+    def can_replace(self, ranks):
+        return False  # no spares: recovery always starts a new group here
+
+    def refill_spares(self):
+        pass
 
 
 def make(num_workers=2, **kwargs):

@@ -118,3 +118,30 @@ def test_a_worker_killed_inside_a_trial_is_recovered_there(ray_cpus, tmp_path):
     assert metrics["recoveries"] == 1 and metrics["training_iteration"] == 2
     assert metrics["workers_in_trial_group"]  # the restarted workers too
     assert metrics["num_samples"] == 1000
+
+
+def report_processes(trainer, info):
+    metrics = trainer.train()
+    metrics["trainable_pid"] = os.getpid()  # not "pid": Tune fills that one in itself
+    metrics["worker_pids"] = ",".join(map(str, trainer.apply_all_workers(os.getpid)))
+    metrics["lr_in_use"] = trainer.apply_all_operators(
+        lambda op: op.optimizer.param_groups[0]["lr"])[0]
+    return metrics
+
+
+def test_reuse_actors_runs_each_trial_on_the_same_trainable_and_workers(ray_cpus, tmp_path):
+    trainable = TorchTrainer.as_trainable(training_operator_cls=LinearOperator, num_workers=2,
+                                          use_gpu=False, config={BATCH_SIZE: 64},
+                                          override_tune_step=report_processes)
+    lrs = [1e-4, 1e-3, 1e-2]
+    results = fit(trainable, tmp_path, {"lr": tune.grid_search(lrs)}, 1, reuse_actors=True)
+    assert len(results) == 3 and not results.errors
+    metrics = [r.metrics for r in results]
+    assert sorted(r.config["lr"] for r in results) == lrs
+    for result in results:  # each trial trained with its own lr, from iteration 1
+        assert result.metrics["lr_in_use"] == result.config["lr"]
+        assert result.metrics["training_iteration"] == 1 and result.metrics["epoch"] == 1
+        assert result.metrics["num_samples"] == 1000
+    assert len({m["trainable_pid"] for m in metrics}) == 1, metrics  # Tune reused the actor
+    # raysgd's warm worker pool: the rebuilt trainer took the same worker processes.
+    assert len({m["worker_pids"] for m in metrics}) == 1, metrics

@@ -1,0 +1,152 @@
+"""The driver's pool of idle worker processes; pure bookkeeping, no Ray.
+
+Starting a worker process (a Ray actor that imports torch, and DDP's first
+import of ``torch._dynamo``) costs seconds; training on one that already runs
+costs nothing. So ``trainer.shutdown()`` hands its workers here instead of
+killing them, and the next trainer whose workers have the same shape (the
+:class:`Crew` key: resources per worker, count, placement, Ray session) takes
+them. ``worker_group.py`` builds crews and knows how to stop one; this module
+only decides who gets what and when an idle crew is stopped:
+
+* after ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle (default 300);
+* when a trainer needs resources an idle crew holds (``release_idle``);
+* when its Ray session is gone (``ray.shutdown()``: its actors died with it);
+* at interpreter exit.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Hashable, List, Optional
+
+from raysgd.constants import env_seconds
+
+logger = logging.getLogger("raysgd")
+
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+
+
+def idle_timeout_s() -> float:
+    """``RAYSGD_IDLE_WORKER_TIMEOUT_S`` from the environment, else 300 s."""
+    return env_seconds("RAYSGD_IDLE_WORKER_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S)
+
+
+@dataclass
+class Crew:
+    """The worker processes of one stopped worker group, as one unit.
+
+    ``session`` names the Ray session the actors belong to; ``key`` the shape a
+    trainer must ask for to take them; ``stop`` kills them and frees what they
+    reserved (only ever called by the pool, once).
+    """
+
+    session: Hashable
+    key: Hashable
+    actors: List[Any]
+    spares: List[Any]
+    group: Any  # the placement group the crew owns, or None
+    held: Dict[str, float] = field(default_factory=dict)  # resources that group reserves
+    stop: Callable[["Crew"], None] = field(repr=False, default=lambda crew: None)
+    idle_since: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.actors) + len(self.spares)
+
+
+class WorkerPool:
+    """Idle crews of one driver process, waiting for the next trainer."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 timeout_s: Callable[[], float] = idle_timeout_s, schedule: bool = True):
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._schedule = schedule  # False in unit tests: reap() is called by hand
+        self._lock = threading.Lock()
+        self._idle: List[Crew] = []
+        self._timer: Optional[threading.Timer] = None
+
+    def take(self, session: Hashable, key: Hashable) -> Optional[Crew]:
+        """An idle crew of ``key`` in ``session`` (the newest), or None."""
+        with self._lock:
+            self._drop_other_sessions(session)
+            for crew in reversed(self._idle):
+                if crew.key == key:
+                    self._idle.remove(crew)
+                    return crew
+        return None
+
+    def give(self, crew: Crew) -> None:
+        """Keep ``crew`` idle until a trainer takes it or it times out."""
+        timeout = self._timeout_s()
+        if timeout <= 0:
+            self._stop([crew])
+            return
+        crew.idle_since = self._clock()
+        with self._lock:
+            self._drop_other_sessions(crew.session)
+            self._idle.append(crew)
+        self._arm(timeout)
+
+    def release_idle(self) -> int:
+        """Stop every idle crew (a trainer needs the resources they hold); returns their workers."""
+        with self._lock:
+            crews, self._idle = self._idle, []
+        self._stop(crews)
+        return sum(crew.size for crew in crews)
+
+    def idle_workers(self, session: Hashable) -> int:
+        """Worker processes idle in ``session`` (crews of an ended session are forgotten)."""
+        with self._lock:
+            self._drop_other_sessions(session)
+            return sum(crew.size for crew in self._idle)
+
+    def held(self, session: Hashable) -> Dict[str, float]:
+        """Resources the idle crews of ``session`` keep reserved (their placement groups)."""
+        total: Dict[str, float] = {}
+        with self._lock:
+            self._drop_other_sessions(session)
+            for crew in self._idle:
+                for key, amount in crew.held.items():
+                    total[key] = total.get(key, 0.0) + amount
+        return total
+
+    def reap(self) -> int:
+        """Stop the crews idle for longer than the timeout; returns their workers."""
+        deadline = self._clock() - self._timeout_s()
+        with self._lock:
+            expired = [crew for crew in self._idle if crew.idle_since <= deadline]
+            self._idle = [crew for crew in self._idle if crew not in expired]
+            left = bool(self._idle)
+        self._stop(expired)
+        if left:
+            self._arm(self._timeout_s())
+        return sum(crew.size for crew in expired)
+
+    def _drop_other_sessions(self, session: Hashable) -> None:
+        # Their actors ended with their Ray session; nothing is left to stop.
+        self._idle = [crew for crew in self._idle if crew.session == session]
+
+    def _stop(self, crews: List[Crew]) -> None:
+        for crew in crews:
+            try:
+                crew.stop(crew)
+            except Exception as exc:  # noqa: BLE001 - an idle crew must never break training
+                logger.warning("raysgd: could not stop %d idle worker(s): %r", crew.size, exc)
+
+    def _arm(self, delay_s: float) -> None:
+        if not self._schedule:
+            return
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(delay_s + 0.1, self.reap)
+            self._timer.daemon = True
+            self._timer.start()
+
+
+POOL = WorkerPool()
+atexit.register(POOL.release_idle)

@@ -1,0 +1,154 @@
+"""Warm worker processes on Ray: where a worker lives, idle crews, spares.
+
+The Ray side of :mod:`raysgd.pool` (which only keeps the books); the worker
+group calls these to create, adopt and stop actors.
+
+Where a worker process lives decides whether it can outlive its trainer:
+
+* :class:`BesideBundles` (CPU workers): the placement group reserves the CPUs
+  and each worker is a zero-resource actor pinned to its bundle's node.
+  Removing the group frees the CPUs and leaves the process running, so an idle
+  crew reserves nothing and a legacy script that checks the CPUs after
+  ``shutdown()`` finds them free.
+* :class:`InBundles` (GPU workers): Ray makes GPUs visible only to an actor
+  that holds them, so the worker lives in its bundle, and its idle crew keeps
+  the placement group until it is reused, reaped or another trainer needs room.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
+                                            PlacementGroupSchedulingStrategy)
+
+from raysgd import placement
+from raysgd.actor import RemoteWorker
+from raysgd.config import WorkerSettings
+from raysgd.pool import POOL, Crew
+
+logger = logging.getLogger("raysgd")
+
+PROBE_S = 5.0  # how long an idle crew may take to answer before it is replaced
+
+
+class BesideBundles:
+    """CPU workers: zero-resource actors on their bundles' nodes; the group holds the CPUs."""
+
+    keeps_group = False
+
+    def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
+        return RemoteWorker.options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+
+    def spare(self, node: Optional[str]):
+        return RemoteWorker.options(num_cpus=0, scheduling_strategy=_near(node)).remote()
+
+
+class InBundles:
+    """GPU workers: actors inside their bundles, holding the GPUs Ray then shows them."""
+
+    keeps_group = True
+
+    def __init__(self, gpus_per_worker: float):
+        self.gpus = gpus_per_worker
+
+    def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+        return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
+                                    scheduling_strategy=strategy).remote()
+
+    def spare(self, node: Optional[str]):
+        # A spare must see a GPU to take a GPU rank, so it holds one (outside the group).
+        return RemoteWorker.options(num_cpus=0, num_gpus=self.gpus,
+                                    scheduling_strategy=_near(node)).remote()
+
+
+def residence(settings: WorkerSettings):
+    """Where this trainer's workers live (decided once, from ``use_gpu``)."""
+    return InBundles(settings.num_gpus_per_worker) if settings.use_gpu else BesideBundles()
+
+
+def _near(node: Optional[str]):
+    return NodeAffinitySchedulingStrategy(node, soft=True) if node else "DEFAULT"
+
+
+def start_spares(count: int, residence_: Any, operator_cls: type, rank0_node: Optional[str]):
+    """``count`` warm spares on a node other than rank 0's when there is one (a lost rank-0
+    node then does not take them too); not waited for."""
+    node = placement.other_node(rank0_node) if rank0_node else None
+    spares = [residence_.spare(node) for _ in range(count)]
+    for spare in spares:
+        spare.warm.remote(operator_cls)
+    return spares
+
+
+def take_crew(key: tuple, nodes: Optional[List[str]]) -> Optional[Tuple[Crew, List[dict]]]:
+    """An idle crew of ``key``, its actors ordered to sit on ``nodes`` (one per worker; None:
+    the crew brings its own placement group), with their node infos; or None.
+
+    Idle crews that do not fit are stopped: this driver has moved on to another shape.
+    """
+    crew = POOL.take(placement.ray_session(), key)
+    if crew is None:
+        POOL.release_idle()
+        return None
+    try:
+        infos = ray.get([a.node_info.remote() for a in crew.actors], timeout=PROBE_S)
+    except (RayActorError, GetTimeoutError) as exc:
+        logger.warning("raysgd: an idle worker is gone (%s); starting new ones", exc)
+        stop_crew(crew)
+        POOL.release_idle()
+        return None
+    if nodes is not None:
+        order = _seat(infos, nodes)
+        if order is None:
+            stop_crew(crew)
+            POOL.release_idle()
+            return None
+        crew.actors = [crew.actors[i] for i in order]
+        infos = [infos[i] for i in order]
+    logger.info("raysgd: reusing %d warm worker(s) (pids %s)", len(infos),
+                [info["pid"] for info in infos])
+    return crew, infos
+
+
+def _seat(infos: List[dict], nodes: List[str]) -> Optional[List[int]]:
+    """Which idle actor takes each worker's place so it sits on that worker's node."""
+    free = list(range(len(infos)))
+    order = []
+    for node in nodes:
+        match = next((i for i in free if infos[i]["node_id"] == node), None)
+        if match is None:
+            return None
+        free.remove(match)
+        order.append(match)
+    return order
+
+
+def stop_crew(crew: Crew) -> None:
+    """Kill an idle crew's actors and remove the placement group it keeps."""
+    if not ray.is_initialized():
+        return  # ray.shutdown() already ended them
+    for actor in crew.actors + crew.spares:
+        ray.kill(actor, no_restart=True)
+    if crew.group is not None:
+        placement.release(crew.group)
+
+
+def idle_workers() -> Dict[str, Any]:
+    """This driver's idle warm workers: ``{"workers": n, "reserved": {"CPU": ...}}``
+    (only GPU workers keep a reservation while idle)."""
+    if not ray.is_initialized():
+        POOL.release_idle()  # their Ray is gone, and they with it
+        return {"workers": 0, "reserved": {}}
+    session = placement.ray_session()
+    return {"workers": POOL.idle_workers(session), "reserved": POOL.held(session)}
+
+
+def release_idle_workers() -> int:
+    """Stop this driver's idle warm workers now (they also stop after
+    ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle, and at exit); returns how many."""
+    return POOL.release_idle()

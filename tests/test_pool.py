@@ -1,0 +1,133 @@
+"""Unit tests of the warm pool's bookkeeping, WarmSettings and the process baseline (no Ray)."""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from raysgd import func_session, precision
+from raysgd.config import WarmSettings
+from raysgd.errors import ConfigError
+from raysgd.pool import Crew, WorkerPool
+from raysgd.process_state import Baseline
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_pool(timeout_s=60.0):
+    clock = Clock()
+    return WorkerPool(clock=clock, timeout_s=lambda: timeout_s, schedule=False), clock
+
+
+def crew(key="k", session="s1", actors=("a0", "a1"), spares=("spare",), held=None, stopped=None):
+    return Crew(session, key, list(actors), list(spares), group=None, held=dict(held or {}),
+                stop=(lambda c: stopped.append(c)) if stopped is not None else (lambda c: None))
+
+
+def test_take_returns_the_crew_of_the_same_key_and_session_once():
+    pool, _ = make_pool()
+    given = crew()
+    pool.give(given)
+    assert pool.take("s1", "other key") is None
+    assert pool.take("s1", "k") is given
+    assert pool.take("s1", "k") is None
+
+
+def test_a_crew_of_an_ended_session_is_forgotten_without_being_stopped():
+    pool, _ = make_pool()
+    stopped = []
+    pool.give(crew(session="old", stopped=stopped))
+    assert pool.idle_workers("old") == 3
+    assert pool.take("new", "k") is None
+    assert pool.idle_workers("old") == 0
+    assert stopped == []  # its actors ended with their Ray session
+
+
+def test_reap_stops_only_the_crews_idle_past_the_timeout():
+    pool, clock = make_pool(timeout_s=60.0)
+    stopped = []
+    first = crew(key="a", stopped=stopped)
+    pool.give(first)
+    clock.now += 50
+    pool.give(crew(key="b", stopped=stopped))
+    clock.now += 11
+    assert pool.reap() == 3
+    assert stopped == [first]
+    assert pool.idle_workers("s1") == 3
+
+
+def test_release_idle_stops_everything_and_held_sums_reservations():
+    pool, _ = make_pool()
+    stopped = []
+    pool.give(crew(key="a", held={"CPU": 2.0}, stopped=stopped))
+    pool.give(crew(key="b", held={"CPU": 1.0, "GPU": 1.0}, stopped=stopped))
+    assert pool.held("s1") == {"CPU": 3.0, "GPU": 1.0}
+    assert pool.release_idle() == 6
+    assert len(stopped) == 2 and pool.held("s1") == {}
+
+
+def test_a_zero_timeout_stops_a_crew_at_once():
+    pool, _ = make_pool(timeout_s=0)
+    stopped = []
+    pool.give(crew(stopped=stopped))
+    assert len(stopped) == 1 and pool.idle_workers("s1") == 0
+
+
+def test_a_crew_that_fails_to_stop_does_not_break_the_pool(caplog):
+    pool, _ = make_pool()
+
+    def explode(_):
+        raise RuntimeError("actor handle gone")
+
+    pool.give(Crew("s1", "k", ["a"], [], None, stop=explode))
+    assert pool.release_idle() == 1
+    assert "could not stop" in caplog.text
+
+
+def test_warm_settings_defaults_and_validation():
+    assert WarmSettings.create(True, None, 2, use_gpu=False) == WarmSettings(True, 1)
+    assert WarmSettings.create(True, None, 2, use_gpu=True).spares == 0  # a spare GPU idles
+    assert WarmSettings.create(False, None, 0, use_gpu=False) == WarmSettings(False, 0)
+    assert WarmSettings.create(True, 3, 2, use_gpu=False).spares == 3
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ConfigError, match="spare_workers must be"):
+            WarmSettings.create(True, bad, 2, use_gpu=False)
+    with pytest.raises(ConfigError, match="reuse_workers must be True or False"):
+        WarmSettings.create("yes", None, 2, use_gpu=False)
+    with pytest.raises(ConfigError, match="spare_workers=0"):
+        WarmSettings.create(True, 1, 0, use_gpu=False)
+
+
+def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAYSGD_BASELINE_KEPT", "before")
+    baseline = Baseline.capture()
+    torch.manual_seed(1234)
+    np.random.seed(0)
+    random.seed(0)
+    seeded = (np.random.rand(), random.random())
+    np.random.seed(0)
+    random.seed(0)
+    os.environ["RAYSGD_BASELINE_ADDED"] = "1"
+    os.environ["RAYSGD_BASELINE_KEPT"] = "changed"
+    (tmp_path / "sub").mkdir()
+    os.chdir(tmp_path / "sub")
+    func_session._active = object()
+    precision._warned_cpu_fp16 = True
+
+    baseline.restore()
+
+    assert "RAYSGD_BASELINE_ADDED" not in os.environ
+    assert os.environ["RAYSGD_BASELINE_KEPT"] == "before"
+    assert os.getcwd() == str(tmp_path)
+    assert torch.initial_seed() != 1234  # reseeded from entropy, as a new process is
+    assert (np.random.rand(), random.random()) != seeded  # reseeded from entropy
+    assert func_session.current_session() is None
+    assert precision._warned_cpu_fp16 is False

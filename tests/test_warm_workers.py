@@ -1,0 +1,188 @@
+"""The warm worker pool on a real Ray: reuse without leaks, discarding, reaping, shutdown."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from operators_for_tests import RaisingOperator
+from raysgd import idle_workers, release_idle_workers
+
+pytestmark = pytest.mark.timeout(300)
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: its parent just has not reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pids, timeout_s=15.0) -> list:
+    deadline = time.monotonic() + timeout_s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+def pids(trainer):
+    return trainer.apply_all_workers(os.getpid)
+
+
+def fresh_torch_seed() -> int:
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.initial_seed())"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def dirty_hook():
+    """A hook that changes process state a later trainer must not see."""
+    import numpy as np
+
+    os.environ["RAYSGD_TEST_LEFT_BEHIND"] = "1"
+    os.chdir("/tmp")
+    torch.manual_seed(123)
+    np.random.seed(0)
+
+
+def clean_hook():
+    """Records what the process looks like before the operator's setup seeds anything."""
+    import numpy as np
+
+    os.environ["RAYSGD_TEST_SECOND_HOOK"] = f"{torch.initial_seed()} {np.random.rand()}"
+
+
+def process_view():
+    import torch.distributed as dist
+
+    torch_seed, numpy_draw = os.environ["RAYSGD_TEST_SECOND_HOOK"].split()
+    return {"left_behind": os.environ.get("RAYSGD_TEST_LEFT_BEHIND"), "cwd": os.getcwd(),
+            "torch_seed": int(torch_seed), "numpy_draw": float(numpy_draw),
+            "dist": dist.is_initialized()}
+
+
+def test_a_second_trainer_reuses_the_processes_and_sees_nothing_of_the_first(trainer_factory):
+    first = trainer_factory(initialization_hook=dirty_hook, config={"lr": 0.1})
+    first.train()
+    first_pids = pids(first)
+    cwd = os.getcwd()
+    first.shutdown()
+    assert idle_workers()["workers"] == 3  # two ranks and the spare
+
+    second = trainer_factory(initialization_hook=clean_hook)
+    assert pids(second) == first_pids
+    views = second.apply_all_workers(process_view)
+    for view in views:
+        assert view["left_behind"] is None and view["cwd"] == cwd
+        assert view["dist"]  # the new trainer's own process group
+    # Seeded from entropy as in a new process: not the first trainer's seeds, and each
+    # process its own (a fresh interpreter's torch seed is random too).
+    seeds = [view["torch_seed"] for view in views]
+    assert 123 not in seeds and len(set(seeds)) == 2 and fresh_torch_seed() not in seeds
+    assert len({view["numpy_draw"] for view in views}) == 2  # seed 0 on both would repeat
+    # The operator is new: training starts from the operator's fresh state.
+    assert second.train()["epoch"] == 1
+    assert idle_workers()["workers"] == 0
+
+
+def test_a_trainer_of_another_shape_stops_the_idle_workers_and_starts_its_own(trainer_factory):
+    first = trainer_factory(num_workers=2)
+    old = pids(first)
+    first.shutdown()
+    other = trainer_factory(num_workers=3, spare_workers=0)
+    assert not set(pids(other)) & set(old)
+    assert wait_dead(old) == []
+    other.train()
+
+
+@pytest.mark.parametrize("how", ["reuse_workers=False", "shutdown(force=True)"])
+def test_opting_out_kills_the_workers(trainer_factory, how):
+    release_idle_workers()  # earlier tests' idle workers
+    trainer = trainer_factory(reuse_workers=how != "reuse_workers=False")
+    old = pids(trainer)
+    trainer.shutdown(force=how == "shutdown(force=True)")
+    assert idle_workers()["workers"] == 0
+    assert wait_dead(old) == []
+
+
+def test_a_worker_that_died_while_idle_is_replaced(trainer_factory):
+    first = trainer_factory()
+    old = pids(first)
+    first.shutdown()
+    os.kill(old[1], 9)
+    assert wait_dead([old[1]]) == []
+    second = trainer_factory()
+    assert not set(pids(second)) & set(old)
+    assert second.train()["num_samples"] > 0
+
+
+def test_workers_of_a_trainer_whose_user_code_raised_are_reused_healthy(trainer_factory):
+    failing = trainer_factory(operator=RaisingOperator)
+    failing.apply_all_operators(lambda op: setattr(op, "fail_ranks", (0, 1)) or
+                                setattr(op, "fail_step", 2))
+    with pytest.raises(KeyError):
+        failing.train()
+    old = pids(failing)
+    failing.shutdown()
+    healthy = trainer_factory()
+    assert pids(healthy) == old
+    assert healthy.train()["num_samples"] > 0
+
+
+DRIVER = textwrap.dedent("""
+    import json, os, sys, time
+    sys.path.insert(0, {tests!r})
+    import ray
+    from operators_for_tests import LinearOperator
+    from raysgd import TorchTrainer, idle_workers
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    trainer = TorchTrainer(training_operator_cls=LinearOperator, num_workers=2, use_gpu=False)
+    workers = trainer.apply_all_workers(os.getpid)
+    trainer.shutdown()
+    report = {{"workers": workers, "idle_after_shutdown": idle_workers()["workers"]}}
+    if {reap_after!r}:
+        time.sleep({reap_after!r})
+        report["idle_after_timeout"] = idle_workers()["workers"]
+        report["alive_after_timeout"] = [p for p in workers if os.path.exists(f"/proc/{{p}}")]
+    ray.shutdown()
+    report["idle_after_ray_shutdown"] = idle_workers()["workers"]
+    print("REPORT", json.dumps(report), flush=True)
+""")
+
+
+def run_driver(reap_after=0.0, timeout_env=None):
+    env = dict(os.environ)
+    if timeout_env is not None:
+        env["RAYSGD_IDLE_WORKER_TIMEOUT_S"] = str(timeout_env)
+    out = subprocess.run([sys.executable, "-c", DRIVER.format(tests=TESTS_DIR,
+                                                               reap_after=reap_after)],
+                         capture_output=True, text=True, timeout=240, env=env)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert out.returncode == 0 and line, out.stdout[-2000:] + out.stderr[-3000:]
+    import json
+
+    return json.loads(line[0][len("REPORT "):])
+
+
+@pytest.mark.slow
+def test_the_pool_is_empty_after_ray_shutdown_and_no_worker_outlives_the_driver():
+    report = run_driver()
+    assert report["idle_after_shutdown"] == 3
+    assert report["idle_after_ray_shutdown"] == 0
+    assert wait_dead(report["workers"]) == []
+
+
+@pytest.mark.slow
+def test_idle_workers_are_stopped_after_the_idle_timeout():
+    report = run_driver(reap_after=3.0, timeout_env=1.0)
+    assert report["idle_after_shutdown"] == 3
+    assert report["idle_after_timeout"] == 0
+    assert report["alive_after_timeout"] == []
