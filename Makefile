@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm clean
 
 install: $(STAMP)
 
@@ -42,3 +42,6 @@ bench-gpu: install
 
 bench-disk: install
 	$(PY) -m bench.disk
+
+bench-warm: install
+	$(PY) -m bench.warm

@@ -2,7 +2,8 @@
 
 ``python -m bench --recovery [...]`` runs the recovery benchmark instead
 (``python -m bench.recovery``; its own options follow ``--recovery``), and
-``python -m bench --gpu [...]`` the GPU precision benchmark (``python -m bench.gpu``).
+``python -m bench --gpu [...]`` the GPU precision benchmark (``python -m bench.gpu``),
+and ``python -m bench --warm [...]`` the warm-worker benchmark (``python -m bench.warm``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run the recovery benchmark instead (python -m bench.recovery)")
     parser.add_argument("--gpu", action="store_true",
                         help="run the GPU precision benchmark instead (python -m bench.gpu)")
+    parser.add_argument("--warm", action="store_true",
+                        help="run the warm-worker benchmark instead (python -m bench.warm)")
     return parser.parse_args(argv)
 
 
@@ -38,6 +41,10 @@ def main(argv=None) -> int:
         from bench.gpu.cli import main as gpu_main
 
         return gpu_main([arg for arg in argv if arg != "--gpu"])
+    if "--warm" in argv:
+        from bench.warm.cli import main as warm_main
+
+        return warm_main([arg for arg in argv if arg != "--warm"])
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)

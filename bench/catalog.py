@@ -38,6 +38,8 @@ VARIANTS: Tuple[Variant, ...] = (
     Variant("plain_2t", "plain loop, 2 threads", _V + "plain", threads=2),
     Variant("raysgd_1w", "raysgd 1 worker (use_local)", _V + "raysgd_trainer",
             ("--num-workers", "1", "--use-local")),
+    Variant("raysgd_2w_plain_init", "raysgd_2w after a plain ray.init()",
+            _V + "raysgd_plain_init", ("--num-workers", "2")),
 )
 
 BY_NAME = {variant.name: variant for variant in VARIANTS}

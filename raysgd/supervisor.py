@@ -5,9 +5,11 @@ The trainer hands every call to a :class:`Supervisor`. The last good state
 when the group starts, returned together with every ``train()`` result, and
 retaken after each call that changes state (``validate`` does not: it leaves
 even the RNGs alone). Inside ``train()`` the call's watch moves it forward
-every ``checkpoint_every_n_steps`` batches. On a recoverable failure the
-supervisor tears the group down, asks the :class:`RecoveryPolicy` what to do,
-starts a new group, restores the commit and resumes the call from its step.
+every ``checkpoint_every_n_steps`` batches. On a recoverable failure spare
+workers take the dead ranks' places while the survivors stay, when they can;
+otherwise the supervisor tears the group down, asks the :class:`RecoveryPolicy`
+what to do and starts a new group. Either way every rank restores the commit
+and the call resumes from its step.
 
 An exception raised by user code is not retried: it reaches the caller with
 its own type, but first every rank is rolled back to the commit, in place
@@ -26,7 +28,7 @@ from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesEx
                            WorkerFailedError)
 from raysgd.health import Commit
 from raysgd.progress import NULL_PROGRESS
-from raysgd.recovery import RecoveryPolicy
+from raysgd.recovery import Decision, RecoveryPolicy
 
 logger = logging.getLogger("raysgd")
 
@@ -157,20 +159,10 @@ class Supervisor:
                        "%d (%d step(s) lost): %s", list(failure.ranks), self.commit.step,
                        steps_lost, failure)
         previous = self.group.num_workers
-        dead = [f.rank for f in failure.failures if f.died]
-        if self.group.can_replace(dead):
-            decision = self.policy.on_failure(previous)  # spares: nothing needs placing
-            if decision.retry:
-                time.sleep(decision.wait_s)
-                if self._replaced(dead):
-                    self.stats.recoveries += 1
-                    return
-            self.group.shutdown(force=True)
-            if decision.retry:
-                decision = self.policy.restart_now(self._placeable(previous))
-        else:
-            self.group.shutdown(force=True)
-            decision = self.policy.on_failure(self._placeable(previous))
+        decision = self._replace_or_stop(failure, previous)
+        if decision is None:
+            self.stats.recoveries += 1
+            return
         ceiling = self.target  # lowered when a size could not be placed
         while True:
             if not decision.retry:
@@ -188,6 +180,22 @@ class Supervisor:
                 # The resource view can lag a lost node: try one fewer next time.
                 ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
+
+    def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
+        """Spares first: None when they took the dead ranks' places. Otherwise the group is
+        stopped and the policy's decision for starting a new one is returned."""
+        dead = [f.rank for f in failure.failures if f.died]
+        if not self.group.can_replace(dead):
+            self.group.shutdown(force=True)
+            return self.policy.on_failure(self._placeable(previous))
+        decision = self.policy.on_failure(previous)  # with spares nothing needs placing
+        if decision.retry:
+            time.sleep(decision.wait_s)
+            if self._replaced(dead):
+                return None
+        self.group.shutdown(force=True)
+        # Still the same recovery attempt: start a new group at once.
+        return self.policy.restart_now(self._placeable(previous)) if decision.retry else decision
 
     def _replaced(self, dead: List[int]) -> bool:
         """Spares take the ``dead`` ranks' places, the survivors stay; every rank loads the

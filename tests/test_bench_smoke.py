@@ -7,7 +7,8 @@ import sys
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = {"raysgd_2w", "torchrun_2w", "raytrain_2w", "plain_1t", "plain_2t", "raysgd_1w"}
+VARIANTS = {"raysgd_2w", "raysgd_2w_plain_init", "torchrun_2w", "raytrain_2w", "plain_1t",
+            "plain_2t", "raysgd_1w"}
 FIGURES = ("first_step_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
 
 
@@ -28,6 +29,6 @@ def test_bench_quick_reports_every_figure_for_every_variant(tmp_path):
             stats = variant["summary"][figure]
             assert stats and all(stats[k] > 0 for k in ("median", "min", "max")), (name, figure)
     assert {ratio["ratio"] for ratio in document["ratios"]} == {
-        "raysgd/torchrun", "raysgd/Ray Train", "raysgd(1 worker)/plain"}
+        "raysgd/torchrun", "raysgd/Ray Train", "raysgd(1 worker)/plain", "raysgd plain-init/lean"}
     assert "memory_method" in document["meta"]
     assert "raysgd/torchrun" in proc.stdout  # the ratios table was printed

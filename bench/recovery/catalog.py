@@ -43,8 +43,13 @@ class Entry:
 _R = "bench.recovery."
 ENTRIES: Tuple[Entry, ...] = (
     Entry(Variant("raysgd_recovery",
-                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps",
+                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps, spare worker (default)",
                   _R + "raysgd_kill", ("--commit-every", str(DEFAULT_COMMIT_EVERY))),
+          "recovery", RAYSGD_RECOVERY_FIGURES),
+    Entry(Variant("raysgd_recovery_nospare",
+                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps, spare_workers=0",
+                  _R + "raysgd_kill", ("--commit-every", str(DEFAULT_COMMIT_EVERY),
+                                       "--spare-workers", "0")),
           "recovery", RAYSGD_RECOVERY_FIGURES),
     Entry(Variant("raytrain_recovery",
                   "Ray Train, checkpoint every epoch",
@@ -66,10 +71,13 @@ ENTRIES: Tuple[Entry, ...] = (
 BY_NAME = {entry.name: entry for entry in ENTRIES}
 
 # (label, numerator, denominator, figure or (num figure, den figure), target);
-# see bench.report.compute_ratios. Targets are reported, never enforced.
+# see bench.report.compute_ratios. Targets are reported, never enforced. The
+# issue's absolute target for raysgd_recovery's kill→next step (<= 1.0 s with a
+# spare) does not fit a ratio; ``python -m bench.warm`` prints it.
 RATIOS = (
     ("raysgd/Ray Train", "raysgd_recovery", "raytrain_recovery", "recovery_s", ("<=", 0.5)),
     ("raysgd/Ray Train", "raysgd_recovery", "raytrain_recovery", "steps_rerun", None),
+    ("raysgd spare/no spare", "raysgd_recovery", "raysgd_recovery_nospare", "recovery_s", None),
     ("raysgd re-run/interval", "raysgd_recovery", "raysgd_recovery",
      ("steps_rerun", "commit_interval"), ("<=", 1.0)),
     ("Ray Train re-run/interval", "raytrain_recovery", "raytrain_recovery",

@@ -3,6 +3,8 @@
 Epoch 1 is warm-up (its ``train()`` ends with a commit). Before epoch 2 the
 worker pids come from ``trainer.apply_all_workers(os.getpid)``; a thread kills
 rank 1 when rank 0's step log shows the kill step. ``train()`` recovers by itself.
+``--spare-workers N`` passes ``spare_workers=N`` (without it, raysgd's default:
+one warm spare takes the dead rank's place).
 """
 import os
 import shutil
@@ -25,18 +27,21 @@ def _extra(parser) -> None:
     parser.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
                         help="checkpoint_every_n_steps (default: raysgd's default, %(default)s)")
     parser.add_argument("--victim-rank", type=int, default=1)
+    parser.add_argument("--spare-workers", type=int, default=None,
+                        help="spare_workers (default: not passed, raysgd's default)")
 
 
 def main() -> None:
     args, t0, workload, steps_per_epoch, target = start_kill_run(__doc__, _extra)
     step_dir = tempfile.mkdtemp(prefix="bench-recovery-raysgd-")
+    spares = {} if args.spare_workers is None else {"spare_workers": args.spare_workers}
     ray.init(num_cpus=4, include_dashboard=False)
     try:
         trainer = TorchTrainer(training_operator_cls=StepLogOperator, num_workers=args.num_workers,
                                use_gpu=False, num_cpus_per_worker=args.threads,
                                checkpoint_every_n_steps=args.commit_every,
                                config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
-                                       "mode": RECOVERY_MODE, "step_dir": step_dir})
+                                       "mode": RECOVERY_MODE, "step_dir": step_dir}, **spares)
         trainer.train()  # warm-up epoch; the call ends with a commit
         pids = trainer.apply_all_workers(os.getpid)
         killer = Killer(step_dir, target, lambda: pids[args.victim_rank])
@@ -53,6 +58,7 @@ def main() -> None:
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
                "commit_interval": args.commit_every,
+               "spare_workers": args.spare_workers,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,
                "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,

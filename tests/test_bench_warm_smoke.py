@@ -1,0 +1,92 @@
+"""Smoke test for ``python -m bench.warm --quick``: every variant yields every figure.
+
+Nothing about speed is asserted (the targets are printed, not enforced). What
+is asserted is what the figures say about processes, which does not depend on
+the machine: the second trainer runs on the first one's worker processes with
+the warm pool and on new ones with ``reuse_workers=False``; raysgd's Tune
+trials (``reuse_actors=True``) share one trainable and its two workers, Ray
+Train's start two workers per trial; a killed worker is recovered with and
+without a spare.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECOND = ("first_trainer_s", "second_trainer_s", "same_pids", "reused_workers", "shutdown_s",
+          "launch_first_step_s", "wall_s", "peak_mem_mib")
+TUNE = ("total_s", "per_trial_s", "trials_done", "distinct_worker_pids",
+        "distinct_trainable_pids", "wall_s", "peak_mem_mib")
+RECOVERY = ("recovery_s", "recovery_reported_s", "steps_rerun", "steps_lost_reported",
+            "commit_interval", "first_step_s", "wall_s", "peak_mem_mib")
+EXPECTED = {"second_reuse": SECOND, "second_noreuse": SECOND, "tune_raysgd": TUNE,
+            "tune_raytrain": TUNE, "raysgd_recovery": RECOVERY,
+            "raysgd_recovery_nospare": RECOVERY}
+CAN_BE_ZERO = {"same_pids", "reused_workers", "steps_rerun", "steps_lost_reported"}
+
+
+def _only_run(document, name):
+    runs = document["variants"][name]["runs"]
+    assert len(runs) == 1, (name, runs)
+    return runs[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_warm_quick_reports_every_figure(tmp_path):
+    out = tmp_path / "warm.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.warm", "--quick", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["variants"]) == set(EXPECTED)
+    for name, figures in EXPECTED.items():
+        variant = document["variants"][name]
+        assert all(run["ok"] for run in variant["runs"]), (name, variant["runs"])
+        for figure in figures:
+            stats = variant["summary"][figure]
+            assert stats, (name, figure)
+            assert all(stats[k] >= 0 if figure in CAN_BE_ZERO else stats[k] > 0
+                       for k in ("median", "min", "max")), (name, figure, stats)
+
+    reuse, fresh = _only_run(document, "second_reuse"), _only_run(document, "second_noreuse")
+    assert reuse["reuse_workers"] and sorted(reuse["pids_2"]) == sorted(reuse["pids_1"])
+    assert reuse["same_pids"] == 1 and reuse["reused_workers"] == 2
+    assert not fresh["reuse_workers"] and not set(fresh["pids_1"]) & set(fresh["pids_2"])
+    assert fresh["same_pids"] == 0 and fresh["reused_workers"] == 0
+
+    trials = document["meta"]["tune_trials"]
+    assert trials >= 2
+    raysgd_tune, raytrain_tune = (_only_run(document, "tune_raysgd"),
+                                  _only_run(document, "tune_raytrain"))
+    for run in (raysgd_tune, raytrain_tune):
+        assert run["trials"] == run["trials_done"] == trials and not run["trial_errors"], run
+        assert run["per_trial_s"] == pytest.approx(run["total_s"] / trials)
+    assert raysgd_tune["reuse_actors"] is True
+    assert raysgd_tune["distinct_trainable_pids"] == 1 and raysgd_tune["distinct_worker_pids"] == 2
+    assert raytrain_tune["distinct_worker_pids"] == 2 * trials  # new workers every trial
+
+    for name, spares in (("raysgd_recovery", None), ("raysgd_recovery_nospare", 0)):
+        run = _only_run(document, name)
+        assert run["spare_workers"] == spares
+        assert run["killed_at_step"] is not None and not run["kill_error"], run
+        assert run["final_step"] == run["expected_final_step"], run
+        assert run["recoveries"] == 1 and run["num_workers_after"] == 2, run
+
+    labels = {(ratio["ratio"], ratio["figure"]) for ratio in document["ratios"]}
+    assert labels == {("2nd trainer reuse/no reuse", "second_trainer_s"),
+                      ("2nd/1st trainer (reuse)", "second_trainer_s/first_trainer_s"),
+                      ("Tune raysgd/Ray Train", "total_s"),
+                      ("recovery spare/no spare", "recovery_s")}
+    targets = {(t["variant"], t["figure"]): t for t in document["meta"]["targets"]}
+    assert set(targets) == {("second_reuse", "second_trainer_s"),
+                            ("raysgd_recovery", "recovery_s")}
+    for target in targets.values():
+        assert target["bound"] == "<= 1.0" and target["value"] > 0
+        assert target["met"] == (target["value"] <= 1.0)
+    assert "memory_method" in document["meta"]
+    for text in ("target (median)", "Tune raysgd/Ray Train", "#2 <= 1.0 s"):
+        assert text in proc.stdout, text  # the tables were printed
