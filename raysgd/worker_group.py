@@ -113,7 +113,9 @@ class WorkerGroup(FanOut):
                                  else self._worker_nodes()) if self.warm.reuse else None
         if adopted is not None:
             crew, crew_infos = adopted
-            self.actors, self.spares = crew.actors, crew.spares
+            self.actors, self.spares = crew.actors, crew.spares[:self.warm.spares]
+            for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
+                ray.kill(spare, no_restart=True)
             self._pg = crew.group or self._pg
             return infos + crew_infos
         if self.residence.keeps_group:

@@ -102,10 +102,13 @@ def test_a_worker_killed_inside_a_trial_is_recovered_there(ray_cpus, tmp_path):
                              daemon=True).start()
         metrics = trainer.train()
         metrics["recoveries"] = trainer.recovery_stats.recoveries
-        mine = ray.util.get_current_placement_group().id.hex()
-        theirs = trainer.apply_all_workers(
-            lambda: ray.util.get_current_placement_group().id.hex())
-        metrics["workers_in_trial_group"] = theirs == [mine, mine]
+        # The trial's group reserves the driver's and both workers' CPUs (3 of 4); the
+        # workers, zero-resource actors beside its bundles, reserve nothing more.
+        metrics["cpus_free_in_trial"] = ray.available_resources().get("CPU", 0)
+        group = ray.util.get_current_placement_group()
+        bundle_nodes = ray.util.placement_group_table(group)["bundles_to_node_id"]
+        worker_nodes = trainer.apply_all_workers(lambda: ray.get_runtime_context().get_node_id())
+        metrics["workers_on_trial_nodes"] = worker_nodes == [bundle_nodes[1], bundle_nodes[2]]
         return metrics
 
     trainable = TorchTrainer.as_trainable(training_operator_cls=SlowOperator, num_workers=2,
@@ -116,7 +119,8 @@ def test_a_worker_killed_inside_a_trial_is_recovered_there(ray_cpus, tmp_path):
     assert not results.errors
     metrics = results[0].metrics
     assert metrics["recoveries"] == 1 and metrics["training_iteration"] == 2
-    assert metrics["workers_in_trial_group"]  # the restarted workers too
+    assert metrics["workers_on_trial_nodes"]  # the restarted workers too
+    assert metrics["cpus_free_in_trial"] == 1
     assert metrics["num_samples"] == 1000
 
 
