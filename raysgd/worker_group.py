@@ -65,6 +65,7 @@ class WorkerGroup(FanOut):
         self.spares: List[Any] = []  # warm zero-CPU actors for dead ranks' places
         self.reservation = reservation
         self._pg = None
+        self._pg_ready = True  # False while a requested group is not placed yet
         self._nodes: List[str] = []  # each rank's node
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
@@ -107,23 +108,29 @@ class WorkerGroup(FanOut):
         if not self.num_remote:
             return infos
         placement.ensure_ray()
+        nodes = None
         if not self.residence.keeps_group:
-            self._reserve()  # a pooled crew is seated on the new group's nodes
-        adopted = warm_processes.take_crew(self._crew_key(), None if self.residence.keeps_group
-                                 else self._worker_nodes()) if self.warm.reuse else None
+            # A pooled crew is seated on the new group's nodes. On one node they are known at
+            # once, so the workers start while the group is still being placed.
+            self._reserve(wait=False)
+            nodes = self._worker_nodes()
+        adopted = warm_processes.take_crew(self._crew_key(), nodes) if self.warm.reuse else None
         if adopted is not None:
             crew, crew_infos = adopted
             self.actors, self.spares = crew.actors, crew.spares[:self.warm.spares]
             for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
                 ray.kill(spare, no_restart=True)
             self._pg = crew.group or self._pg
+            self._await_group()
             return infos + crew_infos
         if self.residence.keeps_group:
             warm_processes.release_idle_workers()  # they may hold the resources this group needs
-            self._reserve()
-        group, nodes, bundle = self._group(), self._worker_nodes(), self._bundle()
+            self._reserve(wait=True)
+            nodes = self._worker_nodes()
+        group, bundle = self._group(), self._bundle()
         self.actors = [self.residence.actor(group, self._bundle_index(i), bundle, nodes[i])
                        for i in range(self.num_remote)]
+        self._await_group()
         return infos + self._get([a.node_info.remote() for a in self.actors], offset=len(infos))
 
     # ------------------------------------------------------------ warm pool
@@ -190,8 +197,9 @@ class WorkerGroup(FanOut):
         """
         missing = self.warm.spares - len(self.spares)
         if missing > 0 and self.actors:
-            self.spares += warm_processes.start_spares(missing, self.residence, self.operator_cls,
-                                             self._nodes[0] if self._nodes else None)
+            rank0_node = self._nodes[0] if self._nodes else None
+            self.spares += warm_processes.start_spares(missing, self.residence,
+                                                       self.operator_cls, rank0_node)
 
     def _local_info(self) -> Dict[str, Any]:
         if ray.is_initialized():
@@ -208,7 +216,9 @@ class WorkerGroup(FanOut):
     def _bundles(self) -> List[Dict[str, float]]:
         return placement.host_bundles(self._bundle(), self.num_remote, self.workers_per_bundle)
 
-    def _reserve(self) -> None:
+    def _reserve(self, wait: bool) -> None:
+        """Reserve this group's bundles (within a Tune trial's, with a reservation); without
+        ``wait`` the group is only requested and ``_await_group`` waits for it."""
         placement.ensure_ray()
         bundles = self._bundles()
         if self.reservation is not None:
@@ -219,8 +229,17 @@ class WorkerGroup(FanOut):
             self._first_bundle = self.reservation.first_bundle
             return
         placement.check_can_ever_place(bundles[0], len(bundles), self.placement_strategy)
-        self._pg = placement.reserve(bundles[0], len(bundles), self.placement_timeout_s,
-                                     self.placement_strategy)
+        self._pg = placement.request(bundles, self.placement_strategy)
+        self._pg_ready = False
+        if wait:
+            self._await_group()
+
+    def _await_group(self) -> None:
+        if self._pg is not None and not self._pg_ready:
+            bundles = self._bundles()
+            placement.wait_ready(self._pg, bundles[0], len(bundles), self.placement_timeout_s,
+                                 self.placement_strategy)
+            self._pg_ready = True
 
     def _group(self):
         return self.reservation.group if self.reservation is not None else self._pg
@@ -229,7 +248,11 @@ class WorkerGroup(FanOut):
         return self._first_bundle + worker // self.workers_per_bundle
 
     def _worker_nodes(self) -> List[str]:
-        """The node of each remote worker's bundle."""
+        """The node of each remote worker's bundle (on one node, known before it is placed)."""
+        only = placement.only_node()
+        if only is not None:
+            return [only] * self.num_remote
+        self._await_group()
         nodes = placement.bundle_nodes(self._group())
         return [nodes[self._bundle_index(i)] for i in range(self.num_remote)]
 
