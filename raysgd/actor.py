@@ -35,6 +35,9 @@ class _WorkerActor:
 
     def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
         self.rank = runner_kwargs["rank"].world_rank
+        # The actor reserves no CPU itself (its bundle does), so Ray set OMP_NUM_THREADS to 1;
+        # say what the worker has, for libraries and user code that size thread pools by it.
+        os.environ["OMP_NUM_THREADS"] = str(runner_kwargs.get("num_threads") or 1)
         if init_hook is not None:
             self.execute_fn(init_hook)
         self.runner = WorkerRunner(**runner_kwargs)
@@ -68,13 +71,15 @@ class _WorkerActor:
     # Control methods run in their own thread, beside a running train_epoch.
     @ray.method(concurrency_group="control")
     def progress(self) -> Dict[str, Any]:
-        return self.runner.progress() if self.runner else {"steps": 0, "idle_s": 0.0}
+        runner = self.runner  # release() may clear it meanwhile
+        return runner.progress() if runner else {"steps": 0, "idle_s": 0.0}
 
     # The driver's standing request for the next in-epoch commit: answered
     # the moment the training thread offers one (or None after ``wait_s``).
     @ray.method(concurrency_group="commits", num_returns=2)
     def next_commit(self, after: int, wait_s: float, ticket: int):
-        snap = self.runner.next_commit(after, wait_s, ticket) if self.runner else None
+        runner = self.runner  # release() may clear it meanwhile
+        snap = runner.next_commit(after, wait_s, ticket) if runner else None
         header = {key: snap[key] for key in ("step", "call_done", "epochs_done")} if snap else None
         return header, snap
 

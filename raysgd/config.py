@@ -159,7 +159,7 @@ class WarmSettings:
     """Warm processes (``raysgd.pool``): reuse a stopped trainer's workers, keep spares."""
 
     reuse: bool = True  # shutdown() hands the workers to the pool; a new group takes them
-    spares: int = 0  # zero-CPU warm processes that take a dead rank's place
+    spares: int = 0  # warm processes (no CPU reserved while idle) for a dead rank's place
 
     @classmethod
     def create(cls, reuse_workers: Any, spare_workers: Any, remote_workers: int,

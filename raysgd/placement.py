@@ -48,12 +48,6 @@ def bundle_nodes(group: PlacementGroup) -> Dict[int, str]:
     return ray.util.placement_group_table(group)["bundles_to_node_id"]
 
 
-def other_node(node_id: str) -> Optional[str]:
-    """An alive node other than ``node_id`` (the first by id), or None on a one-node cluster."""
-    others = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != node_id)
-    return others[0] if others else None
-
-
 def cluster_gpus() -> float:
     ensure_ray()
     return ray.cluster_resources().get("GPU", 0.0)
@@ -139,7 +133,8 @@ def wait_ready(group: PlacementGroup, bundle: Dict[str, float], count: int, time
             f"Could not place {count} worker(s) of {bundle} ({strategy}) within {timeout_s:.0f}s; available "
             f"now: {_shown(ray.available_resources())}, cluster total: "
             f"{_shown(ray.cluster_resources())}. Free resources, lower num_workers/"
-            "num_cpus_per_worker, or raise placement_timeout_s.")
+            "num_cpus_per_worker, or raise placement_timeout_s. Idle warm workers of another "
+            "driver or Tune trial may hold GPUs: raysgd.release_idle_workers() there.")
 
 
 def only_node() -> Optional[str]:

@@ -5,10 +5,11 @@ import of ``torch._dynamo``) costs seconds; training on one that already runs
 costs nothing. So ``trainer.shutdown()`` hands its workers here instead of
 killing them, and the next trainer whose workers have the same shape (the
 :class:`Crew` key: resources per worker, count, placement, Ray session) takes
-them. ``worker_group.py`` builds crews and knows how to stop one; this module
+them (a crew also belongs to one Ray session). ``worker_group.py`` builds crews
+and ``warm.py`` knows how to stop one; this module
 only decides who gets what and when an idle crew is stopped:
 
-* after ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle (default 300);
+* after ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle (default 300; 0: no pool);
 * when a trainer needs resources an idle crew holds (``release_idle``);
 * when its Ray session is gone (``ray.shutdown()``: its actors died with it);
 * at interpreter exit.
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, List, Optional
 
 from raysgd.constants import env_seconds
+from raysgd.errors import ConfigError
 
 logger = logging.getLogger("raysgd")
 
@@ -30,8 +33,13 @@ DEFAULT_IDLE_TIMEOUT_S = 300.0
 
 
 def idle_timeout_s() -> float:
-    """``RAYSGD_IDLE_WORKER_TIMEOUT_S`` from the environment, else 300 s."""
-    return env_seconds("RAYSGD_IDLE_WORKER_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S)
+    """``RAYSGD_IDLE_WORKER_TIMEOUT_S`` from the environment, else 300 s; 0 stops workers at
+    ``shutdown()`` (no pool)."""
+    value = env_seconds("RAYSGD_IDLE_WORKER_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S)
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"RAYSGD_IDLE_WORKER_TIMEOUT_S={value!r}: use a finite number of "
+                          "seconds >= 0 (0 keeps no idle workers).")
+    return value
 
 
 @dataclass
@@ -89,7 +97,7 @@ class WorkerPool:
         with self._lock:
             self._drop_other_sessions(crew.session)
             self._idle.append(crew)
-        self._arm(timeout)
+        self._arm_for_oldest()
 
     def release_idle(self) -> int:
         """Stop every idle crew (a trainer needs the resources they hold); returns their workers."""
@@ -123,7 +131,7 @@ class WorkerPool:
             left = bool(self._idle)
         self._stop(expired)
         if left:
-            self._arm(self._timeout_s())
+            self._arm_for_oldest()
         return sum(crew.size for crew in expired)
 
     def _drop_other_sessions(self, session: Hashable) -> None:
@@ -137,10 +145,15 @@ class WorkerPool:
             except Exception as exc:  # noqa: BLE001 - an idle crew must never break training
                 logger.warning("raysgd: could not stop %d idle worker(s): %r", crew.size, exc)
 
-    def _arm(self, delay_s: float) -> None:
+    def _arm_for_oldest(self) -> None:
+        """One timer, due when the longest-idle crew times out (not a full timeout from now)."""
         if not self._schedule:
             return
         with self._lock:
+            if not self._idle:
+                return
+            oldest = min(crew.idle_since for crew in self._idle)
+            delay_s = max(0.0, oldest + self._timeout_s() - self._clock())
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = threading.Timer(delay_s + 0.1, self.reap)

@@ -1,19 +1,22 @@
 """What a worker process looked like before any trainer used it; no Ray here.
 
-A pooled worker serves one trainer after another (``raysgd.pool``). User code
-must not be able to tell it from a fresh process, so between trainers the
-state a trainer may have changed goes back to how the process started:
-environment variables (an ``initialization_hook`` often sets some), the
-working directory, every RNG, and raysgd's own module-level state. Modules the
-user imported stay imported: that is the point of keeping the process.
+A pooled worker serves one trainer after another (``raysgd.pool``). Between
+trainers the process state a trainer commonly changes goes back to how the
+process started: environment variables (an ``initialization_hook`` often sets
+some), the working directory, ``sys.path``, torch's global switches (default
+dtype, deterministic algorithms, cuDNN flags, float32 matmul precision, grad
+mode), every RNG (reseeded from entropy, as a new process is), and raysgd's own
+module-level state. Modules the user imported stay imported (that is the point
+of keeping the process), and with them whatever state they keep themselves.
 """
 from __future__ import annotations
 
 import gc
 import os
 import random
+import sys
 from dataclasses import dataclass
-from typing import Dict
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
@@ -25,10 +28,12 @@ from raysgd import func_session, precision
 class Baseline:
     environ: Dict[str, str]
     cwd: str
+    path: List[str]
+    torch_switches: Dict[str, Any]
 
     @classmethod
     def capture(cls) -> "Baseline":
-        return cls(dict(os.environ), os.getcwd())
+        return cls(dict(os.environ), os.getcwd(), list(sys.path), _torch_switches())
 
     def restore(self) -> None:
         """Put the process back as captured and free what the last trainer left."""
@@ -37,6 +42,8 @@ class Baseline:
             os.chdir(self.cwd)
         except OSError:
             pass  # the directory is gone; the next trainer's hook can still chdir
+        sys.path[:] = self.path
+        _set_torch_switches(self.torch_switches)
         # A new process seeds torch (CUDA included), Python and numpy from OS entropy.
         torch.seed()
         random.seed()
@@ -56,6 +63,26 @@ def _restore_environ(saved: Dict[str, str]) -> None:
     for key, value in saved.items():
         if os.environ.get(key) != value:
             os.environ[key] = value
+
+
+def _torch_switches() -> Dict[str, Any]:
+    return {"default_dtype": torch.get_default_dtype(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "grad_enabled": torch.is_grad_enabled()}
+
+
+def _set_torch_switches(switches: Dict[str, Any]) -> None:
+    torch.set_default_dtype(switches["default_dtype"])
+    torch.use_deterministic_algorithms(switches["deterministic"],
+                                       warn_only=switches["deterministic_warn_only"])
+    torch.backends.cudnn.benchmark = switches["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = switches["cudnn_deterministic"]
+    torch.set_float32_matmul_precision(switches["matmul_precision"])
+    torch.set_grad_enabled(switches["grad_enabled"])
 
 
 def _reset_raysgd_modules() -> None:

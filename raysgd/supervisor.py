@@ -184,7 +184,7 @@ class Supervisor:
     def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
         """Spares first: None when they took the dead ranks' places. Otherwise the group is
         stopped and the policy's decision for starting a new one is returned."""
-        dead = [f.rank for f in failure.failures if f.died]
+        dead = sorted({f.rank for f in failure.failures if f.died})
         if not self.group.can_replace(dead):
             self.group.shutdown(force=True)
             return self.policy.on_failure(self._placeable(previous))
@@ -203,8 +203,9 @@ class Supervisor:
         try:
             capabilities = self.group.replace(dead)
             self.group.restore(self.commit)
-        except (ResourcesUnavailableError, WorkerFailedError) as exc:
-            logger.warning("raysgd: spares could not take rank(s) %s (%s); restarting every "
+        except Exception as exc:  # noqa: BLE001 - a half re-formed group must not train on:
+            # the full restart below sets every rank up anew (and raises a user error again)
+            logger.warning("raysgd: spares could not take rank(s) %s (%r); restarting every "
                            "worker", dead, exc)
             return False
         self.capabilities = capabilities

@@ -23,6 +23,7 @@ from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
 from raysgd.operator_args import resolve_operator
+from raysgd.pool import idle_timeout_s
 from raysgd.progress import make_progress
 from raysgd.recovery import FailureConfig, RecoveryPolicy
 from raysgd.run_recorder import DiskSettings, ResumePoint, RunRecorder
@@ -101,6 +102,7 @@ class TorchTrainer:
             clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
         self._warm = WarmSettings.create(reuse_workers, spare_workers,
                                          self.num_workers - (1 if self.use_local else 0), use_gpu)
+        idle_timeout_s()  # a bad RAYSGD_IDLE_WORKER_TIMEOUT_S fails here, not at shutdown()
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._global_batch = self._check_batch_size()
         self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None

@@ -190,7 +190,7 @@ class BaseTorchTrainable(tune.Trainable):
     def cleanup(self) -> None:
         trainer = getattr(self, "trainer", None)
         if trainer is not None:
-            trainer.shutdown()
+            trainer.shutdown(force=True)  # this process ends: its workers could serve no one
 
 
 def _optimizer_hyperparameters(op) -> list:

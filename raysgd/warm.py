@@ -17,10 +17,13 @@ Where a worker process lives decides whether it can outlive its trainer:
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
                                             PlacementGroupSchedulingStrategy)
 
@@ -43,7 +46,7 @@ class BesideBundles:
         return RemoteWorker.options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
 
-    def spare(self, node: Optional[str]):
+    def spare(self, node: str):
         return RemoteWorker.options(num_cpus=0, scheduling_strategy=_near(node)).remote()
 
 
@@ -60,7 +63,7 @@ class InBundles:
         return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
                                     scheduling_strategy=strategy).remote()
 
-    def spare(self, node: Optional[str]):
+    def spare(self, node: str):
         # A spare must see a GPU to take a GPU rank, so it holds one (outside the group).
         return RemoteWorker.options(num_cpus=0, num_gpus=self.gpus,
                                     scheduling_strategy=_near(node)).remote()
@@ -71,18 +74,55 @@ def residence(settings: WorkerSettings):
     return InBundles(settings.num_gpus_per_worker) if settings.use_gpu else BesideBundles()
 
 
-def _near(node: Optional[str]):
-    return NodeAffinitySchedulingStrategy(node, soft=True) if node else "DEFAULT"
+def _near(node: str):
+    return NodeAffinitySchedulingStrategy(node, soft=True)
 
 
-def start_spares(count: int, residence_: Any, operator_cls: type, rank0_node: Optional[str]):
-    """``count`` warm spares on a node other than rank 0's when there is one (a lost rank-0
-    node then does not take them too); not waited for."""
-    node = placement.other_node(rank0_node) if rank0_node else None
-    spares = [residence_.spare(node) for _ in range(count)]
-    for spare in spares:
-        spare.warm.remote(operator_cls)
-    return spares
+@dataclass
+class Spare:
+    """A warm process waiting to take a dead rank's place; ``ready`` resolves once it is warm."""
+
+    actor: Any
+    ready: Any
+
+    def is_ready(self) -> bool:
+        """Warm and alive as far as Ray knows (one that is still starting, or cannot be placed,
+        is not; recovery must never wait for it)."""
+        return self._outcome() is True
+
+    def failed(self) -> bool:
+        """Died before or while warming up (it is then replaced)."""
+        return self._outcome() is False
+
+    def _outcome(self) -> Optional[bool]:
+        done, _ = ray.wait([self.ready], timeout=0)
+        if not done:
+            return None
+        try:
+            return bool(ray.get(done[0]))
+        except (RayActorError, RayTaskError):
+            return False
+
+
+def start_spares(count: int, residence_: Any, operator_cls: type, nodes: List[str]) -> List[Spare]:
+    """``count`` spares, not waited for, on the group's own nodes (its bundles, so a Tune
+    trial's spare runs where the trial's resources are), other than rank 0's when the group
+    spans several (a lost rank-0 node then does not take them too)."""
+    others = sorted(set(nodes) - {nodes[0]})
+    node = others[0] if others else nodes[0]
+    actors = [residence_.spare(node) for _ in range(count)]
+    return [Spare(actor, actor.warm.remote(operator_cls)) for actor in actors]
+
+
+def code_stamp(cls: type) -> tuple:
+    """The file (and its modification time) of ``cls``'s module. Workers import that module
+    once; after it is edited (a notebook's helper module), new processes must run it."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    try:
+        return (cls.__module__, path, os.stat(path).st_mtime_ns) if path else (cls.__module__,)
+    except OSError:
+        return (cls.__module__, path)
 
 
 def take_crew(key: tuple, nodes: Optional[List[str]]) -> Optional[Tuple[Crew, List[dict]]]:
@@ -130,12 +170,20 @@ def _seat(infos: List[dict], nodes: List[str]) -> Optional[List[int]]:
 
 def stop_crew(crew: Crew) -> None:
     """Kill an idle crew's actors and remove the placement group it keeps."""
-    if not ray.is_initialized():
-        return  # ray.shutdown() already ended them
-    for actor in crew.actors + crew.spares:
-        ray.kill(actor, no_restart=True)
+    if not ray.is_initialized() or crew.session != placement.ray_session():
+        return  # their Ray session ended, and they with it
+    for actor in crew.actors + [spare.actor for spare in crew.spares]:
+        kill(actor)
     if crew.group is not None:
         placement.release(crew.group)
+
+
+def kill(actor: Any) -> None:
+    """Kill ``actor``; one that is already gone is fine."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as exc:  # noqa: BLE001 - stopping the rest matters more
+        logger.debug("raysgd: kill of %s failed: %r", actor, exc)
 
 
 def idle_workers() -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``WorkerGroup``: the only module that creates Ray actors.
+"""``WorkerGroup``: starts, drives and stops the Ray actors of one trainer.
 
 It reserves resources with a placement group, starts one actor per remote
 rank in parallel (plus, with ``use_local``, rank 0 in the driver), sets up the
@@ -62,7 +62,7 @@ class WorkerGroup(FanOut):
         self.actors: List[Any] = []
         self.warm = warm
         self.residence = warm_processes.residence(settings)
-        self.spares: List[Any] = []  # warm zero-CPU actors for dead ranks' places
+        self.spares: List[warm_processes.Spare] = []  # warm processes for dead ranks' places
         self.reservation = reservation
         self._pg = None
         self._pg_ready = True  # False while a requested group is not placed yet
@@ -102,9 +102,7 @@ class WorkerGroup(FanOut):
         return summaries
 
     def _create_workers(self) -> List[Dict[str, Any]]:
-        infos = []
-        if self.use_local:
-            infos.append(self._local_info())
+        infos = [self._local_info()] if self.use_local else []
         if not self.num_remote:
             return infos
         placement.ensure_ray()
@@ -116,22 +114,47 @@ class WorkerGroup(FanOut):
             nodes = self._worker_nodes()
         adopted = warm_processes.take_crew(self._crew_key(), nodes) if self.warm.reuse else None
         if adopted is not None:
-            crew, crew_infos = adopted
-            self.actors, self.spares = crew.actors, crew.spares[:self.warm.spares]
-            for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
-                ray.kill(spare, no_restart=True)
-            self._pg = crew.group or self._pg
-            self._await_group()
-            return infos + crew_infos
+            return infos + self._adopt(*adopted)
+        # Idle crews of another shape are stopped: GPU ones hold resources this group needs.
+        warm_processes.release_idle_workers()
         if self.residence.keeps_group:
-            warm_processes.release_idle_workers()  # they may hold the resources this group needs
             self._reserve(wait=True)
             nodes = self._worker_nodes()
+        return infos + self._start_new(nodes)
+
+    def _adopt(self, crew: Crew, infos: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        self.actors, self.spares = crew.actors, crew.spares[:self.warm.spares]
+        for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
+            warm_processes.kill(spare.actor)
+        self._pg = crew.group or self._pg
+        self._await_group()
+        if self._seated_elsewhere([info["node_id"] for info in infos]):
+            return self._start_new(self._worker_nodes())
+        return infos
+
+    def _start_new(self, nodes: List[str]) -> List[Dict[str, Any]]:
         group, bundle = self._group(), self._bundle()
         self.actors = [self.residence.actor(group, self._bundle_index(i), bundle, nodes[i])
                        for i in range(self.num_remote)]
         self._await_group()
-        return infos + self._get([a.node_info.remote() for a in self.actors], offset=len(infos))
+        if self._seated_elsewhere(nodes):
+            return self._start_new(self._worker_nodes())
+        return self._get([a.node_info.remote() for a in self.actors], offset=self._first_remote)
+
+    def _seated_elsewhere(self, nodes: List[str]) -> bool:
+        """Whether workers seated before their group was placed sit on other nodes than its
+        bundles (a node joined meanwhile); they are then stopped, for the caller to redo."""
+        if self.residence.keeps_group or nodes == self._worker_nodes():
+            return False
+        for actor in self.actors:
+            warm_processes.kill(actor)
+        self.actors = []
+        return True
+
+    @property
+    def _first_remote(self) -> int:
+        """The rank of the first remote worker (rank 0 lives in the driver with use_local)."""
+        return 1 if self.use_local else 0
 
     # ------------------------------------------------------------ warm pool
     def _crew_key(self) -> tuple:
@@ -141,7 +164,7 @@ class WorkerGroup(FanOut):
             where = (self.placement_strategy,) if self.reservation is None else \
                 (self.reservation.group.id, self.reservation.first_bundle)
         return (tuple(sorted(self._bundle().items())), self.num_remote, self.workers_per_bundle,
-                where)
+                where, warm_processes.code_stamp(self.operator_cls))
 
     def _hand_to_pool(self) -> bool:
         """Reset every worker and give them to the pool; False when one would not reset."""
@@ -161,23 +184,26 @@ class WorkerGroup(FanOut):
 
     # --------------------------------------------------------------- spares
     def can_replace(self, ranks: Sequence[int]) -> bool:
-        """Whether spares can take the places of the dead ``ranks`` with the others staying:
-        they died alone (their nodes live: a lost node's bundle must be placed anew)."""
-        first_remote = 1 if self.use_local else 0
-        if not ranks or self.left_running or len(ranks) > len(self.spares) \
-                or min(ranks) < first_remote:
+        """Whether warm spares can take the places of the dead ``ranks`` with the others
+        staying: they died alone (their nodes live: a lost node's bundle must be placed anew),
+        the survivors left the call, and enough spares are ready (never waited for)."""
+        if not ranks or self.left_running or min(ranks) < self._first_remote:
             return False
         alive = placement.alive_nodes()
-        return all(self._nodes[rank] in alive for rank in ranks)
+        if not all(self._nodes[rank] in alive for rank in ranks):
+            return False
+        return sum(spare.is_ready() for spare in self.spares) >= len(ranks)
 
     def replace(self, ranks: Sequence[int]) -> List[Dict[str, Any]]:
         """Spares take the dead ``ranks``' places and every rank sets up again (new process
         group, operators built anew); the survivors keep their processes. Returns the
         operators' summaries; on a failure the caller stops the group."""
-        offset = 1 if self.use_local else 0
-        for rank in ranks:
-            ray.kill(self.actors[rank - offset], no_restart=True)
-            self.actors[rank - offset] = self.spares.pop(0)
+        offset = self._first_remote
+        ready = [spare for spare in self.spares if spare.is_ready()]
+        for rank, spare in zip(ranks, ready):
+            warm_processes.kill(self.actors[rank - offset])
+            self.actors[rank - offset] = spare.actor
+            self.spares.remove(spare)
         logger.warning("raysgd: spare worker(s) take rank(s) %s; the process group re-forms",
                        list(ranks))
         self._get([a.release.remote() for a in self.actors], offset=offset)
@@ -195,11 +221,13 @@ class WorkerGroup(FanOut):
         Called at each commit, not at start: a starting process takes CPU that the
         workers' own start and first steps need more.
         """
+        for spare in [spare for spare in self.spares if spare.failed()]:
+            warm_processes.kill(spare.actor)
+            self.spares.remove(spare)
         missing = self.warm.spares - len(self.spares)
-        if missing > 0 and self.actors:
-            rank0_node = self._nodes[0] if self._nodes else None
+        if missing > 0 and self.actors and self._nodes:
             self.spares += warm_processes.start_spares(missing, self.residence,
-                                                       self.operator_cls, rank0_node)
+                                                       self.operator_cls, self._nodes)
 
     def _local_info(self) -> Dict[str, Any]:
         if ray.is_initialized():
@@ -237,9 +265,10 @@ class WorkerGroup(FanOut):
     def _await_group(self) -> None:
         if self._pg is not None and not self._pg_ready:
             bundles = self._bundles()
-            placement.wait_ready(self._pg, bundles[0], len(bundles), self.placement_timeout_s,
+            group, self._pg = self._pg, None  # wait_ready removes it when it times out
+            placement.wait_ready(group, bundles[0], len(bundles), self.placement_timeout_s,
                                  self.placement_strategy)
-            self._pg_ready = True
+            self._pg, self._pg_ready = group, True
 
     def _group(self):
         return self.reservation.group if self.reservation is not None else self._pg
@@ -339,7 +368,7 @@ class WorkerGroup(FanOut):
         if self.actors and reusable and ray.is_initialized() and not self._hand_to_pool():
             force = True  # a worker that would not reset will not stop cleanly either
         for spare in self.spares:
-            ray.kill(spare, no_restart=True)
+            warm_processes.kill(spare.actor)
         self.spares = []
         wait_for_release = self._pg is not None and not force
         available = ray.available_resources() if wait_for_release else {}

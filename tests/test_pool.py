@@ -1,6 +1,7 @@
 """Unit tests of the warm pool's bookkeeping, WarmSettings and the process baseline (no Ray)."""
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -121,6 +122,9 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
     os.chdir(tmp_path / "sub")
     func_session._active = object()
     precision._warned_cpu_fp16 = True
+    sys.path.append("/raysgd-test-added")
+    torch.set_default_dtype(torch.float64)
+    torch.use_deterministic_algorithms(True)
 
     baseline.restore()
 
@@ -131,3 +135,30 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
     assert (np.random.rand(), random.random()) != seeded  # reseeded from entropy
     assert func_session.current_session() is None
     assert precision._warned_cpu_fp16 is False
+    assert "/raysgd-test-added" not in sys.path
+    assert torch.get_default_dtype() == torch.float32
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan", "soon"])
+def test_a_bad_idle_timeout_is_refused_with_the_fix(monkeypatch, value):
+    from raysgd.pool import idle_timeout_s
+
+    monkeypatch.setenv("RAYSGD_IDLE_WORKER_TIMEOUT_S", value)
+    with pytest.raises(ConfigError, match="RAYSGD_IDLE_WORKER_TIMEOUT_S"):
+        idle_timeout_s()
+
+
+def test_the_code_stamp_changes_when_the_operator_module_is_edited(tmp_path, monkeypatch):
+    from raysgd.warm import code_stamp
+
+    (tmp_path / "edited_operator_module.py").write_text("class Op:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_operator_module
+
+    before = code_stamp(edited_operator_module.Op)
+    assert before == code_stamp(edited_operator_module.Op)
+    path = tmp_path / "edited_operator_module.py"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert code_stamp(edited_operator_module.Op) != before
+    assert code_stamp(Clock) == code_stamp(Clock)  # a test module's class: stable

@@ -255,6 +255,36 @@ def test_a_worker_failure_restarts_the_group_and_restores_the_commit():
     assert (stats.failures, stats.recoveries, stats.num_workers) == (1, 1, 2)
 
 
+def test_spares_take_a_dead_rank_in_place_and_the_group_stays(monkeypatch):
+    trainer, first = make(config={BATCH_SIZE: 64})
+    monkeypatch.setattr(first, "can_replace", lambda ranks: list(ranks) == [1], raising=False)
+    monkeypatch.setattr(first, "replace", lambda ranks: first.calls.append(("replace", ranks))
+                        or [dict(first.capabilities)] * 2, raising=False)
+    ok = [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2
+    FakeWorkerGroup.train_script[:] = [died(1), ok]
+    trainer.train()
+    assert FakeWorkerGroup.instances[-1] is first and not first.shut
+    assert [call[0] for call in first.calls[-3:]] == ["replace", "restore", "train_epoch"]
+    assert first.calls[-1][1][-1] is False  # a whole pass again: the commit's step is 0
+    stats = trainer.recovery_stats
+    assert (stats.failures, stats.recoveries, stats.num_workers) == (1, 1, 2)
+
+
+def test_a_failed_replacement_falls_back_to_a_new_group_in_the_same_attempt(monkeypatch):
+    trainer, first = make(config={BATCH_SIZE: 64})
+
+    def broken_replace(ranks):
+        raise RuntimeError("the spare's operator setup raised")
+
+    monkeypatch.setattr(first, "can_replace", lambda ranks: True, raising=False)
+    monkeypatch.setattr(first, "replace", broken_replace, raising=False)
+    FakeWorkerGroup.train_script[:] = [died(1), [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2]
+    trainer.train()
+    second = FakeWorkerGroup.instances[-1]
+    assert first.shut and second is not first and second.calls[0][0] == "restore"
+    assert trainer.recovery_stats.recoveries == 1  # one attempt, although two ways were tried
+
+
 def test_too_few_resources_after_a_failure_resizes_and_keeps_the_global_batch():
     trainer, first = make(config={BATCH_SIZE: 64}, failure_config=None)
     FakeWorkerGroup.placeable_script[:] = [1]  # only one worker fits after the failure
