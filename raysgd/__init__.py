@@ -11,8 +11,8 @@ from raysgd.warm import idle_workers, release_idle_workers
 __version__ = "0.1.0"
 
 __all__ = ["TorchTrainer", "TrainingOperator", "RaySGDError", "ConfigError", "CheckpointError",
-           "idle_workers", "release_idle_workers", "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
-           "PyTorchTrainer"]
+           "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
+           "idle_workers", "release_idle_workers", "PyTorchTrainer"]
 
 
 def PyTorchTrainer(**kwargs):

@@ -69,7 +69,6 @@ class FanOut:
         return self._get([actor.execute.remote(method, *args, **kwargs)], offset=rank,
                          abort_on_failure=False)[0]
 
-
     def _run_local(self, fn: Callable, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         if not self.actors:  # alone: run in the caller's thread so debuggers work

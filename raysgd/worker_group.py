@@ -391,5 +391,3 @@ class WorkerGroup(FanOut):
             placement.release(self._pg, {k: available.get(k, 0.0) + v for k, v in freed.items()}
                               if wait_for_release else None)
             self._pg = None
-
-
