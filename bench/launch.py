@@ -27,6 +27,20 @@ def schedule(variants: List[Variant], repeats: int) -> List[tuple]:
     return pairs
 
 
+def run_entries(plan: List[tuple], by_name: Dict[str, Any], workload: str, mode: str,
+                timeout_s: float, check: Callable, describe_run: Callable) -> Dict[str, list]:
+    """Run a ``schedule`` plan of catalogue entries (``by_name``); each run goes through
+    ``check(run, entry)``; progress via ``describe_run(run, entry)`` on stderr."""
+    runs: Dict[str, list] = {name: [] for name in dict.fromkeys(v.name for _, v in plan)}
+    for index, (rep, variant) in enumerate(plan, 1):
+        entry = by_name[variant.name]
+        run = {"rep": rep, **check(run_once(variant, workload, mode, timeout_s), entry)}
+        runs[variant.name].append(run)
+        print(f"[{index}/{len(plan)}] {variant.name}: {describe_run(run, entry)}",
+              file=sys.stderr, flush=True)
+    return runs
+
+
 def child_env(threads: int) -> Dict[str, str]:
     """The parent's environment, with the repo importable and the thread count pinned.
 

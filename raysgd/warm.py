@@ -35,6 +35,9 @@ from raysgd.pool import POOL, Crew
 logger = logging.getLogger("raysgd")
 
 PROBE_S = 5.0  # how long an idle crew may take to answer before it is replaced
+# How long recovery waits for a spare that is still warming up. New processes for every rank
+# take longer than that, and a spare Ray cannot place (no room) must not hold recovery up.
+SPARE_WAIT_S = 3.0
 
 
 class BesideBundles:
@@ -85,9 +88,10 @@ class Spare:
     actor: Any
     ready: Any
 
-    def is_ready(self) -> bool:
-        """Warm and alive as far as Ray knows (one that is still starting, or cannot be placed,
-        is not; recovery must never wait for it)."""
+    def is_ready(self, wait_s: float = 0.0) -> bool:
+        """Warm and alive as far as Ray knows, waiting up to ``wait_s`` for one still starting."""
+        if wait_s > 0:
+            ray.wait([self.ready], timeout=wait_s)
         return self._outcome() is True
 
     def failed(self) -> bool:

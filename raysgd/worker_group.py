@@ -184,22 +184,28 @@ class WorkerGroup(FanOut):
 
     # --------------------------------------------------------------- spares
     def can_replace(self, ranks: Sequence[int]) -> bool:
-        """Whether warm spares can take the places of the dead ``ranks`` with the others
-        staying: they died alone (their nodes live: a lost node's bundle must be placed anew),
-        the survivors left the call, and enough spares are ready (never waited for)."""
+        """Whether spares can take the places of the dead ``ranks`` with the others staying:
+        they died alone (their nodes live: a lost node's bundle must be placed anew), the
+        survivors left the call, and enough spares are alive (ready, or still warming up)."""
         if not ranks or self.left_running or min(ranks) < self._first_remote:
             return False
         alive = placement.alive_nodes()
         if not all(self._nodes[rank] in alive for rank in ranks):
             return False
-        return sum(spare.is_ready() for spare in self.spares) >= len(ranks)
+        return sum(not spare.failed() for spare in self.spares) >= len(ranks)
 
     def replace(self, ranks: Sequence[int]) -> List[Dict[str, Any]]:
         """Spares take the dead ``ranks``' places and every rank sets up again (new process
         group, operators built anew); the survivors keep their processes. Returns the
         operators' summaries; on a failure the caller stops the group."""
         offset = self._first_remote
-        ready = [spare for spare in self.spares if spare.is_ready()]
+        deadline = time.monotonic() + warm_processes.SPARE_WAIT_S
+        ready = [spare for spare in self.spares
+                 if spare.is_ready(max(0.0, deadline - time.monotonic()))][:len(ranks)]
+        if len(ready) < len(ranks):
+            raise ResourcesUnavailableError(
+                f"{len(ready)} of {len(ranks)} spare(s) ready within "
+                f"{warm_processes.SPARE_WAIT_S:g}s")
         for rank, spare in zip(ranks, ready):
             warm_processes.kill(self.actors[rank - offset])
             self.actors[rank - offset] = spare.actor

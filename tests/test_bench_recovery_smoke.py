@@ -4,14 +4,11 @@ It asserts nothing about speed, recovery time or the targets; only that each
 run worked (a worker was killed and training still reached its last step) and
 that the JSON holds each variant's figures and the ratios.
 """
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_runs import run_quick
+
 RECOVERY = ("recovery_s", "steps_rerun", "commit_interval", "first_step_s", "wall_s",
             "peak_mem_mib")
 THROUGHPUT = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
@@ -29,11 +26,7 @@ CAN_BE_ZERO = {"steps_rerun", "steps_lost_reported"}
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_recovery_quick_reports_every_figure(tmp_path):
-    out = tmp_path / "recovery.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.recovery", "--quick", "--out", str(out)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(out.read_text())
+    document, stdout = run_quick("bench.recovery", tmp_path / "recovery.json")
     assert set(document["variants"]) == set(EXPECTED)
     for name, figures in EXPECTED.items():
         variant = document["variants"][name]
@@ -60,4 +53,4 @@ def test_bench_recovery_quick_reports_every_figure(tmp_path):
                       ("commit default/none", "steady_samples_per_s"),
                       ("commit 10/none", "steady_samples_per_s")}
     assert "memory_method" in document["meta"]
-    assert "raysgd/Ray Train" in proc.stdout  # the ratios table was printed
+    assert "raysgd/Ray Train" in stdout  # the ratios table was printed

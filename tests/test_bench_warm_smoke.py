@@ -8,14 +8,11 @@ trials (``reuse_actors=True``) share one trainable and its two workers, Ray
 Train's start two workers per trial; a killed worker is recovered with and
 without a spare.
 """
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_runs import run_quick
+
 SECOND = ("first_trainer_s", "second_trainer_s", "same_pids", "reused_workers", "shutdown_s",
           "launch_first_step_s", "wall_s", "peak_mem_mib")
 TUNE = ("total_s", "per_trial_s", "trials_done", "distinct_worker_pids",
@@ -37,11 +34,7 @@ def _only_run(document, name):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_warm_quick_reports_every_figure(tmp_path):
-    out = tmp_path / "warm.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.warm", "--quick", "--out", str(out)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(out.read_text())
+    document, stdout = run_quick("bench.warm", tmp_path / "warm.json")
     assert set(document["variants"]) == set(EXPECTED)
     for name, figures in EXPECTED.items():
         variant = document["variants"][name]
@@ -89,4 +82,4 @@ def test_bench_warm_quick_reports_every_figure(tmp_path):
         assert target["met"] == (target["value"] <= 1.0)
     assert "memory_method" in document["meta"]
     for text in ("target (median)", "Tune raysgd/Ray Train", "#2 <= 1.0 s"):
-        assert text in proc.stdout, text  # the tables were printed
+        assert text in stdout, text  # the tables were printed

@@ -58,11 +58,14 @@ def test_asha_stops_a_clearly_bad_trial_early(ray_cpus, tmp_path):
     assert iterations[1e-2] == 4 and iterations[1e-9] < 4
 
 
+def lr_in_use(trainer):
+    return trainer.apply_all_operators(lambda op: op.optimizer.param_groups[0]["lr"])[0]
+
+
 def report_origin(trainer, info):
     metrics = trainer.train()
     metrics["origin"] = trainer.apply_all_operators(lambda op: op.origin)[0]
-    metrics["lr_in_use"] = trainer.apply_all_operators(
-        lambda op: op.optimizer.param_groups[0]["lr"])[0]
+    metrics["lr_in_use"] = lr_in_use(trainer)
     return metrics
 
 
@@ -128,8 +131,7 @@ def report_processes(trainer, info):
     metrics = trainer.train()
     metrics["trainable_pid"] = os.getpid()  # not "pid": Tune fills that one in itself
     metrics["worker_pids"] = ",".join(map(str, trainer.apply_all_workers(os.getpid)))
-    metrics["lr_in_use"] = trainer.apply_all_operators(
-        lambda op: op.optimizer.param_groups[0]["lr"])[0]
+    metrics["lr_in_use"] = lr_in_use(trainer)
     return metrics
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any, Dict, List
 
 from tabulate import tabulate
 
-from bench.launch import REPO_ROOT, common_parser, run_once, schedule
+from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
 from bench.recovery.catalog import BY_NAME, HEADERS, RATIOS, Entry, select
 from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
@@ -68,15 +67,8 @@ def describe(run: Dict[str, Any], entry: Entry) -> str:
 def run_all(entries: List[Entry], workload: str, mode: str, repeats: int,
             timeout_s: float) -> Dict[str, List[Dict[str, Any]]]:
     """Every run of every entry, in rotating order; progress on stderr."""
-    runs: Dict[str, List[Dict[str, Any]]] = {entry.name: [] for entry in entries}
     plan = schedule([entry.variant for entry in entries], repeats)
-    for index, (rep, variant) in enumerate(plan, 1):
-        entry = BY_NAME[variant.name]
-        run = {"rep": rep, **check(run_once(variant, workload, mode, timeout_s), entry)}
-        runs[variant.name].append(run)
-        print(f"[{index}/{len(plan)}] {variant.name}: {describe(run, entry)}", file=sys.stderr,
-              flush=True)
-    return runs
+    return run_entries(plan, BY_NAME, workload, mode, timeout_s, check, describe)
 
 
 def tables(entries: List[Entry], summaries: Dict[str, Dict[str, Any]],

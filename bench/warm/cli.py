@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any, Dict, List
 
-from bench.launch import REPO_ROOT, common_parser, run_once, schedule
+from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
 from bench.recovery.cli import check as check_exit_and_figures
 from bench.report import compute_ratios, metadata_block, save, summarize
 from bench.warm import (RECOVERY_WITH_SPARE_TARGET_S, SECOND_TRAINER_TARGET_S, TUNE_TRIALS,
@@ -65,17 +64,10 @@ def describe(run: Dict[str, Any], entry: Entry) -> str:
 def run_all(entries: List[Entry], workload: str, mode: str, counts: Dict[str, int],
             timeout_s: float) -> Dict[str, List[Dict[str, Any]]]:
     """``counts[name]`` runs of every entry, in rotating order; progress on stderr."""
-    runs: Dict[str, List[Dict[str, Any]]] = {entry.name: [] for entry in entries}
     plan = [(rep, variant) for rep, variant
             in schedule([entry.variant for entry in entries], max(counts.values()))
             if rep < counts[variant.name]]
-    for index, (rep, variant) in enumerate(plan, 1):
-        entry = BY_NAME[variant.name]
-        run = {"rep": rep, **check(run_once(variant, workload, mode, timeout_s), entry)}
-        runs[variant.name].append(run)
-        print(f"[{index}/{len(plan)}] {variant.name}: {describe(run, entry)}", file=sys.stderr,
-              flush=True)
-    return runs
+    return run_entries(plan, BY_NAME, workload, mode, timeout_s, check, describe)
 
 
 def main(argv=None) -> int:

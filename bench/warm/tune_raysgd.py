@@ -12,11 +12,7 @@ Train variant reports none either. A raysgd without ``reset_config`` gets
 run says so (``reuse_actors`` in its figures).
 """
 import os
-import shutil
-import tempfile
-import time
 
-import ray
 from ray import tune
 
 from raysgd import TorchTrainer
@@ -25,7 +21,7 @@ from raysgd.utils import BATCH_SIZE
 from bench.child import emit, parse_args, set_threads
 from bench.warm import TUNE_TRIALS, TUNE_WORKLOAD_MODE
 from bench.warm.tune_operator import LearningRateOperator
-from bench.warm.tune_results import learning_rates, tune_figures
+from bench.warm.tune_results import learning_rates, timed_fit
 from bench.workloads import get_workload
 
 
@@ -58,23 +54,18 @@ def main() -> None:
         config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
                 "mode": TUNE_WORKLOAD_MODE})
     reuse = supports_reuse(trainable)
-    storage = tempfile.mkdtemp(prefix="bench-warm-tune-raysgd-")
-    ray.init(num_cpus=4, include_dashboard=False)
-    try:
-        tuner = tune.Tuner(
+
+    def make_tuner(storage: str):
+        return tune.Tuner(
             trainable, param_space={"lr": tune.grid_search(learning_rates(trials))},
             tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=reuse),
             run_config=tune.RunConfig(name="bench-warm", storage_path=storage, verbose=0,
                                       stop={"training_iteration": 1},
                                       checkpoint_config=tune.CheckpointConfig(
                                           checkpoint_at_end=False)))
-        begin = time.perf_counter()
-        results = tuner.fit()
-        total_s = time.perf_counter() - begin
-    finally:
-        ray.shutdown()
-        shutil.rmtree(storage, ignore_errors=True)
-    emit({**tune_figures(results, trials, total_s), "reuse_actors": reuse})
+
+    figures = timed_fit(make_tuner, "bench-warm-tune-raysgd-", trials)
+    emit({**figures, "reuse_actors": reuse})
 
 
 if __name__ == "__main__":

@@ -12,9 +12,6 @@ hand-written loop and reports once. Each rank also reports its pid (gathered ove
 the run can count the worker processes it started.
 """
 import os
-import shutil
-import tempfile
-import time
 
 import ray
 import ray.train
@@ -27,7 +24,7 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from bench.child import emit, parse_args, set_threads
 from bench.loop import train_epoch
 from bench.warm import TUNE_TRIALS, TUNE_WORKLOAD_MODE
-from bench.warm.tune_results import learning_rates, tune_figures
+from bench.warm.tune_results import learning_rates, timed_fit
 from bench.workloads import get_workload
 
 
@@ -70,23 +67,17 @@ def main() -> None:
     args = parse_args(__doc__, _extra)
     set_threads(args.threads)
     trials = TUNE_TRIALS[args.mode]
-    storage = tempfile.mkdtemp(prefix="bench-warm-tune-raytrain-")
-    ray.init(num_cpus=4, include_dashboard=False)
-    try:
-        tuner = tune.Tuner(
+
+    def make_tuner(storage: str):
+        return tune.Tuner(
             trial,
             param_space={"lr": tune.grid_search(learning_rates(trials)),
                          "workload": args.workload, "threads": args.threads,
                          "num_workers": args.num_workers, "storage": storage},
             tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=True),
             run_config=tune.RunConfig(name="bench-warm", storage_path=storage, verbose=0))
-        begin = time.perf_counter()
-        results = tuner.fit()
-        total_s = time.perf_counter() - begin
-    finally:
-        ray.shutdown()
-        shutil.rmtree(storage, ignore_errors=True)
-    emit(tune_figures(results, trials, total_s))
+
+    emit(timed_fit(make_tuner, "bench-warm-tune-raytrain-", trials))
 
 
 if __name__ == "__main__":

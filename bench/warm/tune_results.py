@@ -6,12 +6,33 @@ fills in ``pid`` and ``hostname`` itself, so the benchmark's keys carry a prefix
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
 
 
 def learning_rates(trials: int) -> List[float]:
     """``trials`` distinct learning rates (a grid search runs each once)."""
     return [round(0.01 * (index + 1), 4) for index in range(trials)]
+
+
+def timed_fit(make_tuner: Callable[[str], Any], prefix: str, trials: int) -> Dict[str, Any]:
+    """Start Ray, build the tuner with a temporary storage path, time its ``fit()``, stop
+    Ray, remove the storage; the run's figures."""
+    import ray
+
+    storage = tempfile.mkdtemp(prefix=prefix)
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        tuner = make_tuner(storage)
+        begin = time.perf_counter()
+        results = tuner.fit()
+        total_s = time.perf_counter() - begin
+    finally:
+        ray.shutdown()
+        shutil.rmtree(storage, ignore_errors=True)
+    return tune_figures(results, trials, total_s)
 
 
 def tune_figures(results, trials: int, total_s: float) -> Dict[str, Any]:
