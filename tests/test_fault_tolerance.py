@@ -95,9 +95,9 @@ def test_a_killed_rank_is_taken_by_a_spare_and_the_survivor_keeps_its_process(
     try:
         epochs = [trainer.train()["epoch"]]
         before = trainer.apply_all_workers(os.getpid)
-        spares = trainer._supervisor.group.spares
-        assert all(ray.get([s.ready for s in spares]))  # warm before the kill
-        spare_pids = [ray.get(s.actor.node_info.remote())["pid"] for s in spares]
+        warm = trainer._supervisor.group.spares
+        assert all(ray.get([s.ready for s in warm]))  # warm before the kill
+        spare_pids = [ray.get(s.actor.node_info.remote())["pid"] for s in warm]
         assert len(spare_pids) == spares
         kill_at_step(tmp_path, 1, 16 + 10)  # mid second epoch
         epochs += [trainer.train()["epoch"] for _ in range(EPOCHS - 1)]
