@@ -114,18 +114,6 @@ def reserve(bundle: Dict[str, float], count: int, timeout_s: float,
     """A ready placement group of ``count`` bundles, or ResourcesUnavailableError
     (also a ``TimeoutError``, as legacy raised) after ``timeout_s``."""
     group = placement_group([bundle] * count, strategy=strategy)
-    wait_ready(group, bundle, count, timeout_s, strategy)
-    return group
-
-
-def request(bundles: List[Dict[str, float]], strategy: str) -> PlacementGroup:
-    """Ask for a placement group without waiting for it (see ``wait_ready``)."""
-    return placement_group(bundles, strategy=strategy)
-
-
-def wait_ready(group: PlacementGroup, bundle: Dict[str, float], count: int, timeout_s: float,
-               strategy: str) -> None:
-    """Wait for a requested group; remove it and raise ResourcesUnavailableError on timeout."""
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(group)
@@ -135,12 +123,7 @@ def wait_ready(group: PlacementGroup, bundle: Dict[str, float], count: int, time
             f"{_shown(ray.cluster_resources())}. Free resources, lower num_workers/"
             "num_cpus_per_worker, or raise placement_timeout_s. Idle warm workers of another "
             "driver or Tune trial may hold GPUs: raysgd.release_idle_workers() there.")
-
-
-def only_node() -> Optional[str]:
-    """The node of a one-node cluster (any placement lands there), else None."""
-    nodes = alive_nodes()
-    return next(iter(nodes)) if len(nodes) == 1 else None
+    return group
 
 
 def release(group: PlacementGroup, expect_available: Optional[Dict[str, float]] = None,

@@ -65,7 +65,6 @@ class WorkerGroup(FanOut):
         self.spares: List[warm_processes.Spare] = []  # warm processes for dead ranks' places
         self.reservation = reservation
         self._pg = None
-        self._pg_ready = True  # False while a requested group is not placed yet
         self._nodes: List[str] = []  # each rank's node
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
@@ -108,9 +107,7 @@ class WorkerGroup(FanOut):
         placement.ensure_ray()
         nodes = None
         if not self.residence.keeps_group:
-            # A pooled crew is seated on the new group's nodes. On one node they are known at
-            # once, so the workers start while the group is still being placed.
-            self._reserve(wait=False)
+            self._reserve()  # a pooled crew is seated on the new group's nodes
             nodes = self._worker_nodes()
         adopted = warm_processes.take_crew(self._crew_key(), nodes) if self.warm.reuse else None
         if adopted is not None:
@@ -118,7 +115,7 @@ class WorkerGroup(FanOut):
         # Idle crews of another shape are stopped: GPU ones hold resources this group needs.
         warm_processes.release_idle_workers()
         if self.residence.keeps_group:
-            self._reserve(wait=True)
+            self._reserve()
             nodes = self._worker_nodes()
         return infos + self._start_new(nodes)
 
@@ -127,29 +124,13 @@ class WorkerGroup(FanOut):
         for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
             warm_processes.kill(spare.actor)
         self._pg = crew.group or self._pg
-        self._await_group()
-        if self._seated_elsewhere([info["node_id"] for info in infos]):
-            return self._start_new(self._worker_nodes())
         return infos
 
     def _start_new(self, nodes: List[str]) -> List[Dict[str, Any]]:
         group, bundle = self._group(), self._bundle()
         self.actors = [self.residence.actor(group, self._bundle_index(i), bundle, nodes[i])
                        for i in range(self.num_remote)]
-        self._await_group()
-        if self._seated_elsewhere(nodes):
-            return self._start_new(self._worker_nodes())
         return self._get([a.node_info.remote() for a in self.actors], offset=self._first_remote)
-
-    def _seated_elsewhere(self, nodes: List[str]) -> bool:
-        """Whether workers seated before their group was placed sit on other nodes than its
-        bundles (a node joined meanwhile); they are then stopped, for the caller to redo."""
-        if self.residence.keeps_group or nodes == self._worker_nodes():
-            return False
-        for actor in self.actors:
-            warm_processes.kill(actor)
-        self.actors = []
-        return True
 
     @property
     def _first_remote(self) -> int:
@@ -200,8 +181,10 @@ class WorkerGroup(FanOut):
         operators' summaries; on a failure the caller stops the group."""
         offset = self._first_remote
         deadline = time.monotonic() + warm_processes.SPARE_WAIT_S
-        ready = [spare for spare in self.spares
-                 if spare.is_ready(max(0.0, deadline - time.monotonic()))][:len(ranks)]
+        ready = []
+        for spare in self.spares:
+            if len(ready) < len(ranks) and spare.is_ready(max(0.0, deadline - time.monotonic())):
+                ready.append(spare)
         if len(ready) < len(ranks):
             raise ResourcesUnavailableError(
                 f"{len(ready)} of {len(ranks)} spare(s) ready within "
@@ -250,9 +233,8 @@ class WorkerGroup(FanOut):
     def _bundles(self) -> List[Dict[str, float]]:
         return placement.host_bundles(self._bundle(), self.num_remote, self.workers_per_bundle)
 
-    def _reserve(self, wait: bool) -> None:
-        """Reserve this group's bundles (within a Tune trial's, with a reservation); without
-        ``wait`` the group is only requested and ``_await_group`` waits for it."""
+    def _reserve(self) -> None:
+        """Reserve this group's bundles (within a Tune trial's, with a reservation)."""
         placement.ensure_ray()
         bundles = self._bundles()
         if self.reservation is not None:
@@ -263,18 +245,8 @@ class WorkerGroup(FanOut):
             self._first_bundle = self.reservation.first_bundle
             return
         placement.check_can_ever_place(bundles[0], len(bundles), self.placement_strategy)
-        self._pg = placement.request(bundles, self.placement_strategy)
-        self._pg_ready = False
-        if wait:
-            self._await_group()
-
-    def _await_group(self) -> None:
-        if self._pg is not None and not self._pg_ready:
-            bundles = self._bundles()
-            group, self._pg = self._pg, None  # wait_ready removes it when it times out
-            placement.wait_ready(group, bundles[0], len(bundles), self.placement_timeout_s,
-                                 self.placement_strategy)
-            self._pg, self._pg_ready = group, True
+        self._pg = placement.reserve(bundles[0], len(bundles), self.placement_timeout_s,
+                                     self.placement_strategy)
 
     def _group(self):
         return self.reservation.group if self.reservation is not None else self._pg
@@ -283,11 +255,7 @@ class WorkerGroup(FanOut):
         return self._first_bundle + worker // self.workers_per_bundle
 
     def _worker_nodes(self) -> List[str]:
-        """The node of each remote worker's bundle (on one node, known before it is placed)."""
-        only = placement.only_node()
-        if only is not None:
-            return [only] * self.num_remote
-        self._await_group()
+        """The node of each remote worker's bundle."""
         nodes = placement.bundle_nodes(self._group())
         return [nodes[self._bundle_index(i)] for i in range(self.num_remote)]
 
