@@ -4,13 +4,14 @@ Legacy scripts run after replacing ``ray.util.sgd`` with ``raysgd`` in imports.
 """
 from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesUnavailableError,
                            TrainerShutdownError, WorkerFailedError)
+from raysgd.dataset_config import DatasetConfig
 from raysgd.operator import TrainingOperator
 from raysgd.trainer import TorchTrainer
 from raysgd.warm import idle_workers, release_idle_workers
 
 __version__ = "0.1.0"
 
-__all__ = ["TorchTrainer", "TrainingOperator", "RaySGDError", "ConfigError", "CheckpointError",
+__all__ = ["TorchTrainer", "TrainingOperator", "DatasetConfig", "RaySGDError", "ConfigError", "CheckpointError",
            "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
            "idle_workers", "release_idle_workers", "PyTorchTrainer"]
 

@@ -1,4 +1,4 @@
-"""Batches: moving them to a device and cutting them into micro-batches."""
+"""Batches: checking their shape, moving them to a device, cutting them into micro-batches."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,6 +15,18 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         return type(batch)(move_to_device(item, device) for item in batch)
     if isinstance(batch, dict):
         return {key: move_to_device(item, device) for key, item in batch.items()}
+    return batch
+
+
+def check_tuple_batch(batch: Any, hook: str) -> Any:
+    """``batch``, which the default loops unpack as ``(*features, target)`` (a dict
+    would unpack its keys)."""
+    if isinstance(batch, dict):
+        raise ConfigError(
+            f"The default {hook} takes (*features, target) batches, but got a dict with keys "
+            f"{list(batch)[:8]} (a Ray Data batch). Pass TorchTrainer(dataset_config="
+            "raysgd.DatasetConfig(feature_columns=[...], label_column=...)), or override "
+            f"{hook} to read the dict yourself.")
     return batch
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from raysgd import distributed
-from raysgd.batches import move_to_device, split_batch
+from raysgd.batches import check_tuple_batch, move_to_device, split_batch
 from raysgd.errors import ConfigError
 from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection
 from raysgd.progress import BatchEvents
@@ -128,6 +128,7 @@ class TrainingOperator:
         ``clip_grad_norm`` the gradients are clipped (unscaled) before it.
         """
         model, optimizer, criterion = self._single("train_batch")
+        check_tuple_batch(batch, "train_batch")
         optimizer.zero_grad(set_to_none=True)
         total_loss, num_samples = 0.0, 0
         for (*features, target), weight in self.micro_batches(move_to_device(batch, self.device)):
@@ -163,7 +164,7 @@ class TrainingOperator:
     def validate_batch(self, batch: Any, batch_info: dict) -> dict:
         """Loss and accuracy on one batch: argmax for class scores, 0.5 threshold for one output."""
         model, _, criterion = self._single("validate_batch")
-        *features, target = move_to_device(batch, self.device)
+        *features, target = move_to_device(check_tuple_batch(batch, "validate_batch"), self.device)
         with self.timers.record("eval_fwd"):
             with self.autocast():
                 output = model(*features)
@@ -191,9 +192,8 @@ class TrainingOperator:
 
         Returns ``(models, optimizers[, criterion][, schedulers])`` with each item
         in the container given (one object → one object, a list → a list, a
-        tuple → a tuple). Models
-        come back on the worker's device and, when distributed with
-        ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``.
+        tuple → a tuple). Models come back on the worker's device and, when
+        distributed with ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``.
         """
         if self._registered:
             raise ConfigError("register() was called twice; call it once in setup().")
@@ -214,10 +214,10 @@ class TrainingOperator:
         return self._publish(models, optimizers, criterion, schedulers)
 
     def register_data(self, *, train_loader=None, validation_loader=None) -> None:
-        """Hand over the loaders; a DistributedSampler is added when distributed."""
-        shard = self._context.rank.distributed and self._context.settings.add_dist_sampler
-        if shard:
-            rank = self._context.rank
+        """Hand over the loaders (a DistributedSampler is added when distributed), or
+        ``ray.data.Dataset`` objects: rank 0's are split and streamed to every rank."""
+        rank = self._context.rank
+        if rank.distributed and self._context.settings.add_dist_sampler:
             train_loader = distributed.with_distributed_sampler(train_loader, rank)
             validation_loader = distributed.with_distributed_sampler(validation_loader, rank)
         self._train_loader, self._validation_loader = train_loader, validation_loader

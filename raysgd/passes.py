@@ -7,6 +7,10 @@ pass (or runs a whole new one when the current pass is used up);
 pass reshuffles a distributed sampler with ``set_epoch``. ``steps`` counts
 every batch ever handed out; the runner's commit hook runs before a batch is
 fetched, when the state is exactly "``steps`` batches done".
+
+Restoring a position inside a pass replays the pass up to it. A loader whose
+order cannot be replayed (``replayable = False``: a streamed Ray Data shard)
+restarts the interrupted pass from its first batch instead (at-least-once).
 """
 from __future__ import annotations
 
@@ -48,6 +52,16 @@ class Passes:
         self._iterator: Optional[Iterator] = None
         self._pass_rng = torch.get_rng_state()
         self._length = _known_length(loader) if loader is not None else None
+        # Set by a restore that restarts the pass (``{"epoch", "batches"}`` read before);
+        # the resumed call may then start that pass again.
+        self.restarted: Optional[Dict[str, int]] = None
+
+    def use_loader(self, loader: Any) -> None:
+        """Read the passes to come from ``loader``; counters are kept and a pass in
+        progress is abandoned (it counts as done)."""
+        self.loader = loader
+        self._length = _known_length(loader)
+        self._iterator = None
 
     @property
     def epoch(self) -> int:
@@ -63,11 +77,13 @@ class Passes:
              resume: bool = False) -> "PassIterator":
         """Batches for one ``train()`` call; ``resume`` continues a call cut short by a failure."""
         check_num_steps(num_steps)
-        return PassIterator(self, num_steps, before_batch, may_start_pass=not resume)
+        return PassIterator(self, num_steps, before_batch,
+                            may_start_pass=not resume or self.restarted is not None)
 
     def _start_pass(self) -> None:
         self.epoch_idx += 1
         self.batch_idx = 0
+        self.restarted = None
         self._open_iterator()
 
     def _open_iterator(self) -> None:
@@ -76,6 +92,13 @@ class Passes:
         self._pass_rng = torch.get_rng_state()
         distributed.set_sampler_epoch(self.loader, self.epoch_idx)
         self._iterator = iter(self.loader)
+
+    def close(self) -> None:
+        """End the pass in progress now (a Ray Data stream then tells its coordinator)."""
+        close = getattr(self._iterator, "close", None)
+        self._iterator = None
+        if close is not None:
+            close()
 
     def _exhausted(self) -> bool:
         return self._iterator is None or (self._length is not None and self.batch_idx >= self._length)
@@ -123,7 +146,11 @@ class Passes:
         batch_idx = int(state.get("batch_idx", 0))
         self.batch_idx, self._iterator = batch_idx, None
         self.steps = int(state.get("steps", 0))
+        self.restarted = None
         if self.loader is not None and not state.get("pass_done", True) and batch_idx > 0:
+            if not getattr(self.loader, "replayable", True):
+                self._restart_pass(batch_idx)
+                return
             if state.get("pass_rng") is not None:
                 torch.set_rng_state(state["pass_rng"])
             self._open_iterator()
@@ -136,6 +163,12 @@ class Passes:
                                   "starts a new pass.", stacklevel=2)
                     self.batch_idx, self._iterator = done, None
                     break
+
+    def _restart_pass(self, batches_read: int) -> None:
+        """The pass of the saved position starts again at its first batch."""
+        self.restarted = {"epoch": self.epoch, "batches": batches_read}
+        self.epoch_idx -= 1  # _start_pass counts the same pass again
+        self.batch_idx, self._iterator = 0, None
 
 
 class PassIterator:

@@ -17,6 +17,8 @@ import torch
 
 from raysgd import distributed, rng
 from raysgd.config import RankInfo, WorkerSettings
+from raysgd.constants import BATCH_SIZE
+from raysgd.dataset_config import is_ray_dataset
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.handoff import CommitHandoff
 from raysgd.hooks import EpochCaller, call_info
@@ -25,6 +27,7 @@ from raysgd.packing import pack_tensors, unpack_tensors
 from raysgd.passes import Passes
 from raysgd.progress import BatchEvents
 from raysgd.precision import create_precision
+from raysgd.shards import shard_loaders
 from raysgd.timers import NULL_TIMERS, TimerCollection
 
 
@@ -106,14 +109,32 @@ class WorkerRunner:
             raise ConfigError(
                 f"{self.operator_cls.__name__}.setup() did not call self.register(models=..., "
                 "optimizers=...); register at least one model and one optimizer there.")
-        self._passes = Passes(self.operator.train_loader)
+        loaders = {"train": self.operator.train_loader,
+                   "validation": self.operator.validation_loader}
+        # A registered ray.data.Dataset is split by the driver and comes back through
+        # attach_data; until then there is nothing to iterate.
+        datasets = {slot: ds for slot, ds in loaders.items() if is_ray_dataset(ds)}
+        self._passes = Passes(None if "train" in datasets else loaders["train"])
         # validate(num_steps=k) continues where the previous one stopped, as legacy did.
-        self._val_passes = Passes(self.operator.validation_loader, "validation loader",
-                                  allow_empty=True)
+        self._val_passes = Passes(None if "validation" in datasets else loaders["validation"],
+                                  "validation loader", allow_empty=True)
         self._train_epoch = EpochCaller(self.operator)
-        return {"has_train_loader": self.operator.train_loader is not None,
-                "has_validation_loader": self.operator.validation_loader is not None,
-                "num_models": len(self.operator._models)}
+        return {"has_train_loader": loaders["train"] is not None,
+                "has_validation_loader": loaders["validation"] is not None,
+                "num_models": len(self.operator._models),
+                # Only rank 0's datasets are split; the others need not travel.
+                "ray_datasets": datasets if self.rank.world_rank == 0 else {}}
+
+    def attach_data(self, shards: Dict[str, Any]) -> None:
+        """This rank's streaming shards (``{slot: (DataIterator, DatasetConfig)}``) become
+        its loaders; the pass in progress, if any, is abandoned."""
+        loaders = shard_loaders(shards, self.config.get(BATCH_SIZE), self.device)
+        if "train" in loaders:
+            self.operator._train_loader = loaders["train"]
+            self._passes.use_loader(loaders["train"])
+        if "validation" in loaders:
+            self.operator._validation_loader = loaders["validation"]
+            self._val_passes.use_loader(loaders["validation"])
 
     # -------------------------------------------------------------- training
     def train_epoch(self, num_steps: Optional[int] = None, profile: bool = False,
@@ -252,16 +273,23 @@ class WorkerRunner:
                 "state": pack_tensors(self.state_dict(components=self.rank.world_rank == 0)),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
-    def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None) -> None:
-        """Load a commit: rank 0's snapshot, plus this rank's own when the world size is unchanged."""
+    def restore(self, primary: Dict[str, Any],
+                own: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, int]]:
+        """Load a commit: rank 0's snapshot, plus this rank's own when the world size is
+        unchanged. Returns ``{"epoch", "batches"}`` when a pass that cannot be replayed
+        (Ray Data input) restarts from its beginning instead, else None."""
         state = dict(unpack_tensors(primary["state"]))
         if own is not None and own is not primary:
             state.update(unpack_tensors(own["state"]))
         self.load_state_dict(state)
-        self.operator._resume_meters = (own or {}).get("meters")
+        restarted = self._passes.restarted
+        # A restarted pass reads its first batches again; metrics counted before the
+        # commit would count them twice, so the call's metrics start over.
+        self.operator._resume_meters = None if restarted else (own or {}).get("meters")
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
         self._handoff.clear()
+        return restarted
 
     def next_commit(self, after: int, wait_s: float = 0.0,
                     ticket: int = 0) -> Optional[Dict[str, Any]]:
@@ -312,6 +340,9 @@ class WorkerRunner:
         return fn(self.operator)
 
     def shutdown(self) -> None:
+        for passes in (self._passes, self._val_passes):
+            if passes is not None:
+                passes.close()
         self.operator = None
         self._passes = self._val_passes = self._train_epoch = None
         distributed.destroy_process_group()

@@ -142,6 +142,18 @@ class Supervisor:
                 self._roll_back(error, mutated=mutates)
                 raise
 
+    def refresh_data(self) -> None:
+        """The driver's datasets changed (``train(dataset=...)``): new shards on every rank,
+        committed (the new input starts a new pass). After a worker failure the new
+        group sets up with the new datasets anyway."""
+        self.policy.start_call()
+        try:
+            self.group.attach_data(self.capabilities)
+        except WorkerFailedError as failure:
+            self._recover(failure, 0)
+            return
+        self._moved(self.group.snapshot(), in_epoch=False)
+
     def _set_commit(self, commit: Commit) -> None:
         self._moved(commit, in_epoch=True)
 
@@ -233,7 +245,7 @@ class Supervisor:
 
     def _restored_in_place(self) -> bool:
         try:
-            self.group.restore(self.commit)
+            self.group.restore(self.commit, in_place=True)
             return True
         except WorkerFailedError as exc:
             logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)

@@ -19,6 +19,8 @@ from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, Worke
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
 from raysgd.constants import BATCH_SIZE
+from raysgd.data_feed import DataFeed
+from raysgd.dataset_config import DatasetConfig, check_dataset_config, check_datasets
 from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
@@ -61,6 +63,8 @@ class TorchTrainer:
                  checkpoint_score_attr: Optional[str] = None, checkpoint_score_mode: str = "auto",
                  loggers: Optional[List[Any]] = None,
                  reuse_workers: bool = True, spare_workers: Optional[int] = None,
+                 datasets: Optional[Dict[str, Any]] = None,
+                 dataset_config: Optional[DatasetConfig] = None,
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  num_replicas=None, batch_size=None, data_loader_args=None,
@@ -104,6 +108,7 @@ class TorchTrainer:
                                          self.num_workers - (1 if self.use_local else 0), use_gpu)
         idle_timeout_s()  # a bad RAYSGD_IDLE_WORKER_TIMEOUT_S fails here, not at shutdown()
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
+        self._data = DataFeed(check_datasets(datasets), check_dataset_config(dataset_config))
         self._global_batch = self._check_batch_size()
         self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None
                                      else placement_timeout_s)
@@ -185,7 +190,8 @@ class TorchTrainer:
                                use_local=self.use_local, initialization_hook=self._initialization_hook,
                                placement_timeout_s=timeout, reservation=self._reservation,
                                placement_strategy=self._placement_strategy,
-                               workers_per_host=self._workers_per_host, warm=self._warm)
+                               workers_per_host=self._workers_per_host, warm=self._warm,
+                               data=self._data)
 
     # ----------------------------------------------------------- training
     def train(self, num_steps: Optional[int] = None, profile: bool = False,
@@ -198,14 +204,15 @@ class TorchTrainer:
         (None: ``failure_config.max_retries``, 3 by default; 0 raises at once).
         An exception from your code is raised here after every worker was
         rolled back to the last commit, so the trainer stays usable.
+
+        ``dataset`` (a ``ray.data.Dataset``, or a legacy ``raysgd.data.Dataset``) becomes
+        the train input from this call on; passing the same one again continues it.
         """
-        if dataset is not None:
-            raise ConfigError("train(dataset=...) took a ray.util.sgd.data.Dataset, which was built "
-                              "on ray.util.iter (removed from Ray); register a DataLoader with "
-                              "self.register_data(train_loader=...) in setup() instead.")
         check_max_retries(max_retries)
-        self._require("has_train_loader", "train()", "train_loader")
         check_num_steps(num_steps)
+        if dataset is not None and self._data.use_train(dataset):
+            self._guard("train", self._supervisor.refresh_data)
+        self._require("has_train_loader", "train()", "train_loader")
         return self._recorded("train", lambda: self._run_shown(
             "train", reduce_results, lambda bar: self._guard(
                 "train_epoch", lambda: self._supervisor.train(num_steps, profile, info,
@@ -332,9 +339,11 @@ class TorchTrainer:
         capabilities = self._supervisor.capabilities
         missing = [rank for rank, caps in enumerate(capabilities) if not caps[capability]]
         if missing:
+            slot = loader.replace("_loader", "")
             raise ConfigError(f"{call} needs a {loader}, but {self.operator_cls.__name__}.setup() "
                               f"registered none on rank(s) {missing}; call "
-                              f"self.register_data({loader}=...) in setup().")
+                              f"self.register_data({loader}=...) in setup(), or pass a Ray "
+                              f"dataset: TorchTrainer(datasets={{'{slot}': ds}}).")
 
     def _run_shown(self, desc: str, reduce_results: bool, run: Callable[[Any], List[dict]]):
         """Run a train/validate call under its progress bar (a no-op when progress is off)."""

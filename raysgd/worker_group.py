@@ -9,6 +9,9 @@ Processes stay warm (``raysgd.pool``): a group takes an idle crew of the same
 shape instead of starting actors, and hands its own to the pool when it stops
 cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
 dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
+
+Ray Data inputs (``data_feed``) are split anew whenever the ranks set up or
+restore a commit, and the splits are closed with the group.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from raysgd import placement
 from raysgd import warm as warm_processes
 from raysgd.actor import COMMIT_WAIT_S
 from raysgd.config import RankInfo, WarmSettings, WorkerSettings
+from raysgd.data_feed import DataFeed, GroupShards, log_restart
 from raysgd.distributed import local_ranks
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.fanout import FanOut
@@ -47,7 +51,7 @@ class WorkerGroup(FanOut):
                  placement_timeout_s: float = 100.0,
                  reservation: Optional[placement.Reservation] = None,
                  placement_strategy: str = "PACK", workers_per_host: Optional[int] = None,
-                 warm: WarmSettings = WarmSettings()):
+                 warm: WarmSettings = WarmSettings(), data: Optional[DataFeed] = None):
         self.operator_cls = operator_cls
         self.config_for_rank = config_for_rank
         self.settings = settings
@@ -64,6 +68,7 @@ class WorkerGroup(FanOut):
         self.residence = warm_processes.residence(settings)
         self.spares: List[warm_processes.Spare] = []  # warm processes for dead ranks' places
         self.reservation = reservation
+        self.shards = GroupShards(data)  # the ranks' current Ray Data shards
         self._pg = None
         self._nodes: List[str] = []  # each rank's node
         self._first_bundle = 0
@@ -98,7 +103,20 @@ class WorkerGroup(FanOut):
             self.execute("setup_process_group", infos[0]["host"], port)
         summaries = self.execute("setup_operator")
         self._nodes = [info["node_id"] for info in infos]
+        self.shards.registered = summaries[0].get("ray_datasets", {})
+        for summary in summaries:
+            summary.pop("ray_datasets", None)
+        self.attach_data(summaries)
         return summaries
+
+    def attach_data(self, summaries: Optional[List[Dict[str, Any]]] = None) -> None:
+        """Give every rank new streaming shards of the Ray Data inputs (the old split is
+        closed); ``summaries`` then say the ranks have those loaders."""
+        slots, per_rank = self.shards.renew(self._nodes)
+        if slots:
+            self.execute_per_rank("attach_data", [(shards,) for shards in per_rank])
+        for summary in summaries or []:
+            summary.update({f"has_{slot}_loader": True for slot in slots})
 
     def _create_workers(self) -> List[Dict[str, Any]]:
         infos = [self._local_info()] if self.use_local else []
@@ -302,14 +320,22 @@ class WorkerGroup(FanOut):
         """Commit now, between calls."""
         return self.execute_pair("snapshot_pair")[1]
 
-    def restore(self, commit: Commit) -> None:
-        """Load ``commit`` into every rank (each its own part when the size is unchanged)."""
+    def restore(self, commit: Commit, in_place: bool = False) -> None:
+        """Load ``commit`` into every rank (each its own part when the size is unchanged).
+
+        ``in_place``: the ranks ran calls since they set up, so their Ray Data shards
+        are split anew first (a stream cannot be rewound; freshly set-up ranks have
+        new shards already).
+        """
         same_size = commit.world_size == self.num_workers
         args = [(commit.snapshots[0], commit.snapshots[rank] if same_size else None)
                 for rank in range(self.num_workers)]
-        self.execute_per_rank("restore", args)
+        if in_place:
+            self.attach_data()
+        restarted = next(filter(None, self.execute_per_rank("restore", args)), None)
         logger.info("raysgd: restored the commit of step %d on %d worker(s)", commit.step,
                     self.num_workers)
+        log_restart(restarted)
 
     def watch(self, timeout_s: float, committed_step: int, on_commit=None,
               on_progress=None) -> CallWatch:
@@ -344,6 +370,7 @@ class WorkerGroup(FanOut):
         for spare in self.spares:
             warm_processes.kill(spare.actor)
         self.spares = []
+        self.shards.close()
         wait_for_release = self._pg is not None and not force
         available = ray.available_resources() if wait_for_release else {}
         if not force and self.actors:

@@ -77,11 +77,11 @@ def _modules():
 
 
 RAY_BOUNDARY = ("worker_group.py", "fanout.py", "warm.py", "actor.py", "placement.py", "watch.py",
-                "tune.py", "func_trainable.py", "func_hooks.py")
+                "data_feed.py", "tune.py", "func_trainable.py", "func_hooks.py")
 
 
 def test_only_the_worker_group_imports_ray():
-    """The worker group (with its fan-out, warm-process, placement and watch helpers), Tune and the function
+    """The worker group (with its fan-out, warm-process, placement, watch and data-split helpers), Tune and the function
     trainable's Tune side and session hooks are the Ray boundary."""
     offenders = [name for name, path in _modules().items()
                  if any(n == "ray" or n.startswith("ray.") for n in _imports(path))

@@ -121,6 +121,7 @@ def test_amp_is_apex_or_none():
 
 def test_names_left_out_fail_with_a_reason():
     import raysgd
+    import raysgd.data
     from raysgd.data.examples import mlp_identity
     from raysgd.errors import ConfigError
 
@@ -128,8 +129,10 @@ def test_names_left_out_fail_with_a_reason():
         from raysgd import TFTrainer  # noqa: F401
     with pytest.raises(DeprecationWarning, match="TorchTrainer"):
         raysgd.PyTorchTrainer(num_workers=1)
-    with pytest.raises(ConfigError, match="ray.util.iter.*register_data"):
-        mlp_identity.dataset_creator()
+    dataset = mlp_identity.dataset_creator()  # now streamed through Ray Data
+    assert (len(dataset.items), dataset.batch_size) == (6400, 32)
+    with pytest.raises(ConfigError, match="ParallelIterator is gone"):
+        raysgd.data.Dataset("not a list")
     assert mlp_identity.model_creator({})(mlp_identity.to_mat(0.5)).shape == (1, 1)
 
 

@@ -160,7 +160,7 @@ def test_train_argument_checks_run_on_the_driver():
     for bad in (-1, -5, 1.5, True):
         with pytest.raises(ValueError, match="max_retries must be an integer >= 0"):
             trainer.train(max_retries=bad)
-    with pytest.raises(ConfigError, match="ray.util.iter"):
+    with pytest.raises(ConfigError, match="takes a ray.data.Dataset; got a builtins.object"):
         trainer.train(dataset=object())
     assert all(call[0] != "train_epoch" for call in FakeWorkerGroup.instances[-1].calls)
     with pytest.raises(ConfigError, match="placement_strategy='RANDOM' is not valid"):

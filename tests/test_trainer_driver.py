@@ -20,7 +20,7 @@ class FakeWorkerGroup:
 
     def __init__(self, operator_cls, config_for_rank, settings, num_workers, use_local=False,
                  initialization_hook=None, placement_timeout_s=60.0, reservation=None,
-                 placement_strategy="PACK", workers_per_host=None, warm=None):
+                 placement_strategy="PACK", workers_per_host=None, warm=None, data=None):
         self.operator_cls, self.config_for_rank = operator_cls, config_for_rank
         self.settings, self.num_workers = settings, num_workers
         self.calls, self.shut, self.local_runner = [], False, None
@@ -63,7 +63,7 @@ class FakeWorkerGroup:
     def snapshot(self):
         return self.execute_pair("snapshot_pair")[1]
 
-    def restore(self, commit):
+    def restore(self, commit, in_place=False):
         self.calls.append(("restore", (commit,)))
 
     def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None):

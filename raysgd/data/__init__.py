@@ -1,8 +1,8 @@
-"""Legacy ``ray.util.sgd.data``: importable, but its ``Dataset`` cannot be built.
+"""Legacy ``ray.util.sgd.data``: ``Dataset`` for ``trainer.train(dataset=...)``.
 
-Ray 1.12's ``Dataset`` streamed batches through ``ray.util.iter``, which Ray
-removed in 2.0; there is nothing left to build it on. Register a ``DataLoader``
-with ``self.register_data(train_loader=...)`` instead.
+Ray 1.12 streamed it through ``ray.util.iter``, which Ray removed in 2.0; here it
+is built on Ray Data and split across the workers like ``TorchTrainer(datasets=...)``
+(see the README, "Ray Data input").
 """
 from raysgd.data.dataset import Dataset
 

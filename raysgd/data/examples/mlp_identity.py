@@ -1,7 +1,7 @@
 """Legacy ``ray.util.sgd.data.examples.mlp_identity``: learn ``f(x) = x`` with a small MLP.
 
-The model and optimizer creators work as they did; ``dataset_creator`` built a
-``ray.util.iter`` dataset, which Ray removed, so it raises (see :mod:`raysgd.data`).
+The creators work as they did; ``dataset_creator`` builds the legacy
+:class:`raysgd.data.Dataset`, now streamed through Ray Data.
 """
 import torch
 from torch import nn
@@ -34,7 +34,7 @@ def to_mat(x):
 
 
 def dataset_creator():
-    """The legacy streaming dataset of 6,400 points in [0, 1); raises ConfigError here."""
+    """The legacy streaming dataset of 6,400 points in [0, 1), in batches of 32 per worker."""
     num_points = 32 * 100 * 2
     data = [i / num_points for i in range(num_points)]
     return Dataset(data, batch_size=32, max_concurrency=2,

@@ -1,0 +1,51 @@
+"""Operators for the Ray Data tests; workers import this module by name."""
+import os
+import time
+
+import torch
+from torch import nn
+
+from raysgd import TrainingOperator
+from raysgd.metrics import NUM_SAMPLES
+
+
+class IdOperator(TrainingOperator):
+    """Trains a 1→1 linear model on ``(x, id)`` batches and remembers every id it saw
+    (``seen`` / ``val_seen``) and each batch's size. ``config``: ``pid_dir`` (writes its
+    pid, and rank 0 its step, for a test that kills it), ``sleep_s`` per batch,
+    ``register`` (a dataset to pass to ``register_data`` in setup), ``default_loop``
+    (train with the inherited ``train_batch``).""""
+
+    def setup(self, config):
+        torch.manual_seed(0)
+        model = nn.Linear(1, 1)
+        self.register(models=model, optimizers=torch.optim.SGD(model.parameters(), lr=1e-3),
+                      criterion=nn.MSELoss())
+        self.seen, self.val_seen, self.batch_sizes = [], [], []
+        if config.get("register") is not None:
+            self.register_data(train_loader=config["register"])
+        pid_dir = config.get("pid_dir")
+        if pid_dir:
+            with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+    def train_batch(self, batch, batch_info):
+        if self.config.get("default_loop"):
+            return super().train_batch(batch, batch_info)
+        time.sleep(self.config.get("sleep_s", 0.0))
+        pid_dir = self.config.get("pid_dir")
+        if pid_dir and self.world_rank == 0:
+            with open(os.path.join(pid_dir, "step.tmp"), "w") as handle:
+                handle.write(str(batch_info["global_step"]))
+            os.replace(os.path.join(pid_dir, "step.tmp"), os.path.join(pid_dir, "step"))
+        x, ids = batch
+        self.seen.extend(ids.tolist())
+        self.batch_sizes.append(len(ids))
+        # A real DDP step: every rank must run as many as the others.
+        x = x.float().view(-1, 1)
+        return super().train_batch((x, x.clone()), batch_info)
+
+    def validate_batch(self, batch, batch_info):
+        x, ids = batch
+        self.val_seen.extend(ids.tolist())
+        return {"val_loss": float(x.float().mean()), NUM_SAMPLES: len(ids)}
