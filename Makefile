@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data clean
 
 install: $(STAMP)
 
@@ -45,3 +45,6 @@ bench-disk: install
 
 bench-warm: install
 	$(PY) -m bench.warm
+
+bench-data: install
+	$(PY) -m bench.data

@@ -59,9 +59,9 @@ class Passes:
     def use_loader(self, loader: Any) -> None:
         """Read the passes to come from ``loader``; counters are kept and a pass in
         progress is abandoned (it counts as done)."""
+        self.close()
         self.loader = loader
         self._length = _known_length(loader)
-        self._iterator = None
 
     @property
     def epoch(self) -> int:
