@@ -12,10 +12,13 @@ old one, so a pass interrupted by a failure never waits on a dead consumer.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import dataclasses
 
 import ray
 import ray.data
+from ray.data.collate_fn import CollateFn, NumpyBatchCollateFn
 
 from raysgd.dataset_config import DatasetConfig, check_dataset, is_ray_dataset
 
@@ -24,40 +27,59 @@ logger = logging.getLogger("raysgd")
 Source = Tuple[Any, DatasetConfig]  # a ray.data.Dataset and how its batches are built
 
 
+class NumpyCollate(NumpyBatchCollateFn):
+    """A plain function as Ray Data's collate class (a bare function is deprecated there)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def __call__(self, batch):
+        return self.fn(batch)
+
+
+def _ray_collate(fmt: DatasetConfig) -> DatasetConfig:
+    if fmt.collate_fn is None or isinstance(fmt.collate_fn, CollateFn):
+        return fmt
+    return dataclasses.replace(fmt, collate_fn=NumpyCollate(fmt.collate_fn))
+
+
 def as_source(dataset: Any, fmt: DatasetConfig) -> Source:
     """A legacy ``raysgd.data.Dataset`` brings its items and batch format; a Ray one uses ``fmt``."""
     if is_ray_dataset(dataset):
-        return dataset, fmt
-    return ray.data.from_items(dataset.items), dataset.batch_config()
+        return dataset, _ray_collate(fmt)
+    return ray.data.from_items(dataset.items), _ray_collate(dataset.batch_config())
 
 
 class DataFeed:
     """The trainer's datasets; shared by every worker group it starts."""
 
     def __init__(self, datasets: Dict[str, Any], fmt: DatasetConfig):
-        self.fmt = fmt
+        self.fmt = _ray_collate(fmt)
         self._given = {slot: as_source(ds, fmt) for slot, ds in datasets.items()}
-        self._call_train: Optional[Tuple[Any, Source]] = None  # (what the user passed, source)
+        self.call_train: Optional[Tuple[Any, Source]] = None  # (what the user passed, source)
 
-    @property
-    def slots(self) -> List[str]:
-        """Slots the driver feeds (registered datasets come in with the workers' summaries)."""
-        return sorted(set(self._given) | ({"train"} if self._call_train else set()))
-
-    def use_train(self, dataset: Any) -> bool:
-        """``train(dataset=...)``: True when it differs from the one used last time."""
+    def switch_train(self, dataset: Any, refresh: Callable[[], None]) -> None:
+        """``train(dataset=...)``: a dataset other than the last one becomes the train input
+        and ``refresh`` gives the ranks shards of it. If that raises, the last one stays
+        (the next ``train(dataset=...)`` tries again; a ``train()`` rolls back onto new shards)."""
         check_dataset("train(dataset=...)", dataset)
-        if self._call_train is not None and self._call_train[0] is dataset:
-            return False
-        self._call_train = (dataset, as_source(dataset, self.fmt))
-        return True
+        previous = self.call_train
+        if previous is not None and previous[0] is dataset:
+            return
+        self.call_train = (dataset, as_source(dataset, self.fmt))
+        try:
+            refresh()
+        except BaseException:
+            self.call_train = previous
+            raise
 
     def sources(self, registered: Dict[str, Any]) -> Dict[str, Source]:
         """Per slot, the dataset to split: the driver's, else the one rank 0 registered."""
         sources = {slot: (ds, self.fmt) for slot, ds in registered.items()}
         sources.update(self._given)
-        if self._call_train is not None:
-            sources["train"] = self._call_train[1]
+        if self.call_train is not None:
+            sources["train"] = self.call_train[1]
         return sources
 
 

@@ -37,6 +37,32 @@ def _known_length(loader: Any) -> Optional[int]:
         return None
 
 
+class _Peekable:
+    """An iterator that knows it is done before the next ``next()``: a stream's pass
+    then ends exactly at its last batch, so a commit taken there says "pass done"."""
+
+    def __init__(self, iterator: Iterator):
+        self._iterator = iterator
+        self._next: Any = None
+        self._peeked = False
+
+    def done(self) -> bool:
+        if not self._peeked:
+            self._next, self._peeked = next(self._iterator, _END), True
+        return self._next is _END
+
+    def __next__(self) -> Any:
+        if self.done():
+            raise StopIteration
+        self._peeked = False
+        return self._next
+
+    def close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()
+
+
 class Passes:
     """Remembers the pass index and the batch position inside it."""
 
@@ -73,12 +99,24 @@ class Passes:
         """Passes finished: ``epoch``, less one while a pass is under way."""
         return self.epoch if self._exhausted() else self.epoch - 1
 
+    @property
+    def replayable(self) -> bool:
+        return getattr(self.loader, "replayable", True)
+
     def take(self, num_steps: Optional[int], before_batch: Optional[Callable[[int], None]] = None,
              resume: bool = False) -> "PassIterator":
         """Batches for one ``train()`` call; ``resume`` continues a call cut short by a failure."""
         check_num_steps(num_steps)
         return PassIterator(self, num_steps, before_batch,
                             may_start_pass=not resume or self.restarted is not None)
+
+    def take_new_pass(self, num_steps: Optional[int],
+                      before_batch: Optional[Callable[[int], None]] = None) -> "PassIterator":
+        """A new pass, cut after ``num_steps`` batches and never wrapped (validation of a
+        stream: its ranks' shards differ in length, so each call starts them together)."""
+        check_num_steps(num_steps)
+        self.close()
+        return PassIterator(self, num_steps, before_batch, wrap=False)
 
     def _start_pass(self) -> None:
         self.epoch_idx += 1
@@ -91,7 +129,7 @@ class Passes:
         # torch RNG here; remember that state so a resume replays the same order.
         self._pass_rng = torch.get_rng_state()
         distributed.set_sampler_epoch(self.loader, self.epoch_idx)
-        self._iterator = iter(self.loader)
+        self._iterator = iter(self.loader) if self.replayable else _Peekable(iter(self.loader))
 
     def close(self) -> None:
         """End the pass in progress now (a Ray Data stream then tells its coordinator)."""
@@ -101,7 +139,9 @@ class Passes:
             close()
 
     def _exhausted(self) -> bool:
-        return self._iterator is None or (self._length is not None and self.batch_idx >= self._length)
+        if self._iterator is None or (self._length is not None and self.batch_idx >= self._length):
+            return True
+        return isinstance(self._iterator, _Peekable) and self._iterator.done()
 
     def has_next(self, may_wrap: bool) -> bool:
         """False when the current pass is known to be over and may not wrap."""
@@ -141,14 +181,18 @@ class Passes:
                 "pass_done": self._exhausted(), "pass_rng": self._pass_rng}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Resume at the saved position; mid-pass, replay the pass up to it."""
+        """Resume at the saved position; mid-pass, replay the pass up to it (restart it for a
+        loader that cannot replay), unless the pass in progress is there already."""
+        if self._at(state):
+            return  # a rollback after a call that read no batch: keep the pass going
         self.epoch_idx = int(state.get("epoch", 0)) - 1
         batch_idx = int(state.get("batch_idx", 0))
-        self.batch_idx, self._iterator = batch_idx, None
+        self.close()
+        self.batch_idx = batch_idx
         self.steps = int(state.get("steps", 0))
         self.restarted = None
         if self.loader is not None and not state.get("pass_done", True) and batch_idx > 0:
-            if not getattr(self.loader, "replayable", True):
+            if not self.replayable:
                 self._restart_pass(batch_idx)
                 return
             if state.get("pass_rng") is not None:
@@ -164,6 +208,10 @@ class Passes:
                     self.batch_idx, self._iterator = done, None
                     break
 
+    def _at(self, state: Dict[str, Any]) -> bool:
+        return self._iterator is not None and (self.epoch, self.batch_idx, self.steps) == (
+            int(state.get("epoch", 0)), int(state.get("batch_idx", 0)), int(state.get("steps", 0)))
+
     def _restart_pass(self, batches_read: int) -> None:
         """The pass of the saved position starts again at its first batch."""
         self.restarted = {"epoch": self.epoch, "batches": batches_read}
@@ -175,9 +223,11 @@ class PassIterator:
     """The iterator ``train_epoch`` receives; exposes ``epoch_idx`` and ``batch_idx``."""
 
     def __init__(self, passes: Passes, num_steps: Optional[int],
-                 before_batch: Optional[Callable[[int], None]] = None, may_start_pass: bool = True):
+                 before_batch: Optional[Callable[[int], None]] = None, may_start_pass: bool = True,
+                 wrap: bool = True):
         self._passes = passes
         self._remaining = num_steps
+        self._wrap = wrap
         self._before_batch = before_batch
         self._first = may_start_pass
         self.done = 0  # batches handed out by this iterator
@@ -200,7 +250,7 @@ class PassIterator:
             raise StopIteration
         # Without num_steps a call finishes one pass: it may start a pass only
         # before its first batch. With num_steps it wraps as often as needed.
-        may_wrap = self._first or self._remaining is not None
+        may_wrap = self._first or (self._remaining is not None and self._wrap)
         if self._before_batch is not None and self._passes.has_next(may_wrap):
             self._before_batch(self.done)
         batch = self._passes.next_batch(may_wrap)

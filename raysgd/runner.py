@@ -172,7 +172,9 @@ class WorkerRunner:
         self._begin_call()
         start = time.perf_counter()
         info = call_info(info, num_steps, self._passes.epoch, self.settings)
-        iterator = self._val_passes.take(num_steps, self._tick)
+        passes = self._val_passes
+        take = passes.take if passes.replayable else passes.take_new_pass
+        iterator = take(num_steps, self._tick)
         self.events.begin("validate", _length(iterator))
         # Validation must not move the training RNGs (its loader draws a seed),
         # so a run trains the same however often it validates, and a commit

@@ -8,6 +8,7 @@ the interrupted pass (see :mod:`raysgd.passes`).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterator, Optional
 
 import torch
@@ -34,7 +35,9 @@ class ShardLoader:
                        drop_last=fmt.drop_last,
                        local_shuffle_buffer_size=fmt.local_shuffle_buffer_size)
         if fmt.collate_fn is not None:
-            for batch in self.iterator.iter_torch_batches(collate_fn=fmt.collate_fn, **options):
+            # Ray moves tensor batches to the device in its prefetch thread; the rest here.
+            for batch in self.iterator.iter_torch_batches(collate_fn=fmt.collate_fn,
+                                                          device=self.device, **options):
                 yield move_to_device(batch, self.device)
             return
         for batch in self.iterator.iter_torch_batches(dtypes=fmt.dtypes, device=self.device,
@@ -43,6 +46,9 @@ class ShardLoader:
 
 
 def shard_loaders(shards: dict, config_share: Optional[int], device: torch.device) -> dict:
-    """``{slot: ShardLoader}`` from ``{slot: (iterator, DatasetConfig)}``."""
-    return {slot: ShardLoader(iterator, fmt, fmt.batch_rows(config_share), device)
+    """``{slot: ShardLoader}`` from ``{slot: (iterator, DatasetConfig)}``; ``drop_last``
+    applies to training only, so validation sees every row."""
+    return {slot: ShardLoader(iterator, fmt if slot == "train" else
+                              dataclasses.replace(fmt, drop_last=False),
+                              fmt.batch_rows(config_share), device)
             for slot, (iterator, fmt) in shards.items()}

@@ -113,7 +113,8 @@ class Supervisor:
                 remaining = None if num_steps is None else num_steps - self.commit.call_done
                 resume = self.commit.call_done > 0
             except BaseException as error:
-                self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch))
+                self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch),
+                                read_data=True)
                 raise
         self._moved(commit, in_epoch=False)
         self._note_recovery_time(headers[0]["first_step_wall"])
@@ -223,7 +224,8 @@ class Supervisor:
         self.capabilities = capabilities
         return True
 
-    def _roll_back(self, error: BaseException, mutated: bool, steps_lost: int = 0) -> None:
+    def _roll_back(self, error: BaseException, mutated: bool, steps_lost: int = 0,
+                   read_data: bool = False) -> None:
         """User code raised: put every rank back at the last commit, or close the trainer."""
         self.stats.user_errors += 1
         self.stats.steps_lost += steps_lost
@@ -236,16 +238,16 @@ class Supervisor:
                        "restarting the workers: a rank was still inside the call" if stuck
                        else "in place")
         try:
-            if stuck or not self._restored_in_place():
+            if stuck or not self._restored_in_place(read_data):
                 self._restart_at_commit()
         except BaseException as exc:  # noqa: BLE001 - the user's error is the one to raise
             logger.error("raysgd: could not roll back after %s (%r); the workers are stopped",
                          type(error).__name__, exc)
             self.shutdown(force=True)
 
-    def _restored_in_place(self) -> bool:
+    def _restored_in_place(self, read_data: bool) -> bool:
         try:
-            self.group.restore(self.commit, in_place=True)
+            self.group.restore(self.commit, renew_shards=read_data)
             return True
         except WorkerFailedError as exc:
             logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)

@@ -210,8 +210,9 @@ class TorchTrainer:
         """
         check_max_retries(max_retries)
         check_num_steps(num_steps)
-        if dataset is not None and self._data.use_train(dataset):
-            self._guard("train", self._supervisor.refresh_data)
+        if dataset is not None:
+            self._data.switch_train(dataset, lambda: self._guard(
+                "train", self._supervisor.refresh_data))
         self._require("has_train_loader", "train()", "train_loader")
         return self._recorded("train", lambda: self._run_shown(
             "train", reduce_results, lambda bar: self._guard(

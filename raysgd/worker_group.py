@@ -320,17 +320,17 @@ class WorkerGroup(FanOut):
         """Commit now, between calls."""
         return self.execute_pair("snapshot_pair")[1]
 
-    def restore(self, commit: Commit, in_place: bool = False) -> None:
+    def restore(self, commit: Commit, renew_shards: bool = False) -> None:
         """Load ``commit`` into every rank (each its own part when the size is unchanged).
 
-        ``in_place``: the ranks ran calls since they set up, so their Ray Data shards
-        are split anew first (a stream cannot be rewound; freshly set-up ranks have
-        new shards already).
+        ``renew_shards``: the ranks read batches past the commit, so their Ray Data
+        shards are split anew first (a stream cannot be rewound; freshly set-up ranks
+        have new shards already).
         """
         same_size = commit.world_size == self.num_workers
         args = [(commit.snapshots[0], commit.snapshots[rank] if same_size else None)
                 for rank in range(self.num_workers)]
-        if in_place:
+        if renew_shards:
             self.attach_data()
         restarted = next(filter(None, self.execute_per_rank("restore", args)), None)
         logger.info("raysgd: restored the commit of step %d on %d worker(s)", commit.step,

@@ -14,7 +14,8 @@ class IdOperator(TrainingOperator):
     (``seen`` / ``val_seen``) and each batch's size. ``config``: ``pid_dir`` (writes its
     pid, and rank 0 its step, for a test that kills it), ``sleep_s`` per batch,
     ``register`` (a dataset to pass to ``register_data`` in setup), ``default_loop``
-    (train with the inherited ``train_batch``).""""
+    (train with the inherited ``train_batch``), ``fail_val_at`` (rank 0 raises at that
+    validation batch once)."""
 
     def setup(self, config):
         torch.manual_seed(0)
@@ -46,6 +47,9 @@ class IdOperator(TrainingOperator):
         return super().train_batch((x, x.clone()), batch_info)
 
     def validate_batch(self, batch, batch_info):
+        if self.world_rank == 0 and batch_info["batch_idx"] == self.config.get("fail_val_at"):
+            self.config["fail_val_at"] = None
+            raise RuntimeError("validation failed on rank 0")
         x, ids = batch
         self.val_seen.extend(ids.tolist())
         return {"val_loss": float(x.float().mean()), NUM_SAMPLES: len(ids)}

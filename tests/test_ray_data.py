@@ -82,6 +82,24 @@ def test_uneven_rows_and_blocks_train_at_most_once_and_validate_exactly_once(
         assert_once(seen(trainer, "val_seen"), 101)
 
 
+def test_validate_with_num_steps_or_after_an_error_starts_every_rank_on_a_new_pass(
+        trainer_factory, data):
+    # 30 rows in 3 blocks: uneven validation shards. A rank that ran out must never wait
+    # alone for a new pass (the coordinator starts one only when every rank asks).
+    trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 4, "fail_val_at": 1},
+                              datasets={"train": data(30), "validation": data(30, blocks=3)},
+                              dataset_config=IDS, timeout_s=30)
+    with pytest.raises(RuntimeError, match="validation failed on rank 0"):
+        trainer.validate()
+    seen(trainer, "val_seen")
+    assert trainer.validate(num_steps=3)["batch_count"] <= 6
+    per_rank = seen(trainer, "val_seen")
+    assert all(len(ids) <= 3 * 2 for ids in per_rank)
+    assert trainer.validate()["num_samples"] == 30
+    assert_once(seen(trainer, "val_seen"), 30)
+    assert trainer.recovery_stats.failures == 0  # nothing hung
+
+
 def test_num_steps_continues_the_pass_and_wraps_into_the_next(trainer_factory, data):
     # 100 rows, 10 per batch and worker: 5 steps per pass.
     trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 20},
@@ -99,6 +117,27 @@ def test_num_steps_continues_the_pass_and_wraps_into_the_next(trainer_factory, d
     assert_once([ids[:50] for ids in first_six], 100)
     assert_once([a[50:] + b for a, b in zip(first_six, rest)], 100)
     assert trainer.epoch == 2
+
+
+def test_a_rollback_after_a_call_that_read_nothing_keeps_the_pass(trainer_factory, data):
+    import ray
+
+    trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 20},
+                              datasets={"train": data(100)}, dataset_config=IDS)
+    trainer.train(num_steps=2)
+
+    def broken(op):
+        raise ValueError("not data")
+    with pytest.raises(ValueError, match="not data"):
+        trainer.apply_all_operators(broken)
+    assert trainer.train()["epoch"] == 1  # the pass goes on, nothing read twice
+    assert_once(seen(trainer), 100)
+    coordinators = [iterators[0]._coord_actor for iterators
+                    in trainer._supervisor.group.shards._split._iterators.values()]
+    trainer.shutdown()
+    for coordinator in coordinators:  # the driver's split coordinators stop with the group
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(coordinator.get_dataset_context.remote(), timeout=30)
 
 
 def test_register_data_with_a_ray_dataset_in_setup(trainer_factory, data):
@@ -140,6 +179,7 @@ def test_dict_batches_need_columns_for_the_default_loop(trainer_factory, data):
     with pytest.raises(ConfigError, match="got a dict with keys \\['x', 'id'\\].*feature_columns"):
         trainer.train()
     assert trainer.recovery_stats.user_errors == 1
+    assert len(trainer.state_dict()["models"]) == 1  # the trainer is still usable
 
 
 def _kill_when(pid_dir, rank, step):

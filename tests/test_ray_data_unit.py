@@ -96,6 +96,31 @@ def test_a_stream_at_a_pass_boundary_or_a_replayable_loader_is_not_restarted():
     assert back.restarted is None and list(back.take(None, resume=True)) == [12]
 
 
+def test_a_stream_knows_its_pass_ended_at_its_last_batch():
+    passes = Passes(Stream(2))
+    assert list(passes.take(2)) == [0, 1]
+    assert passes.state_dict()["pass_done"] and passes.completed == 1  # before StopIteration
+    again = Passes(Stream(2))
+    again.load_state_dict(passes.state_dict())
+    assert again.restarted is None and list(again.take(1)) == [0] and again.epoch == 2
+
+
+def test_restoring_the_position_a_pass_is_at_keeps_it_going():
+    passes = Passes(Stream(5))
+    list(passes.take(2))
+    state = passes.state_dict()
+    passes.load_state_dict(state)  # a rollback after a call that read nothing
+    assert passes.restarted is None and passes.loader.opened == 1
+    assert list(passes.take(None, resume=True)) == [2, 3, 4]
+
+
+def test_a_new_pass_per_validation_call_never_wraps():
+    passes = Passes(Stream(3), "validation loader", allow_empty=True)
+    assert list(passes.take_new_pass(2)) == [0, 1]
+    assert list(passes.take_new_pass(5)) == [0, 1, 2]  # a new pass, cut at its end
+    assert list(passes.take_new_pass(None)) == [0, 1, 2] and passes.loader.opened == 3
+
+
 def test_use_loader_keeps_the_counters_and_abandons_the_pass():
     passes = Passes(Stream(4))
     list(passes.take(2))

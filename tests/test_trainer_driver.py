@@ -63,7 +63,7 @@ class FakeWorkerGroup:
     def snapshot(self):
         return self.execute_pair("snapshot_pair")[1]
 
-    def restore(self, commit, in_place=False):
+    def restore(self, commit, renew_shards=False):
         self.calls.append(("restore", (commit,)))
 
     def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None):
