@@ -3,7 +3,8 @@
 ``python -m bench --recovery [...]`` runs the recovery benchmark instead
 (``python -m bench.recovery``; its own options follow ``--recovery``), and
 ``python -m bench --gpu [...]`` the GPU precision benchmark (``python -m bench.gpu``),
-and ``python -m bench --warm [...]`` the warm-worker benchmark (``python -m bench.warm``).
+and ``python -m bench --warm [...]`` the warm-worker benchmark (``python -m bench.warm``),
+and ``python -m bench --data [...]`` the Ray Data input benchmark (``python -m bench.data``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run the GPU precision benchmark instead (python -m bench.gpu)")
     parser.add_argument("--warm", action="store_true",
                         help="run the warm-worker benchmark instead (python -m bench.warm)")
+    parser.add_argument("--data", action="store_true",
+                        help="run the Ray Data input benchmark instead (python -m bench.data)")
     return parser.parse_args(argv)
 
 
@@ -45,6 +48,10 @@ def main(argv=None) -> int:
         from bench.warm.cli import main as warm_main
 
         return warm_main([arg for arg in argv if arg != "--warm"])
+    if "--data" in argv:
+        from bench.data.cli import main as data_main
+
+        return data_main([arg for arg in argv if arg != "--data"])
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)

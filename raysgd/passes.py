@@ -152,15 +152,19 @@ class Passes:
         if self._exhausted():
             if not may_wrap:
                 raise StopIteration
-            self._start_pass()
-        try:
-            batch = next(self._iterator)
-        except StopIteration:
-            self._iterator = None
-            if not may_wrap:
-                raise
+            # A fresh pass that is empty ends here: opening yet another would make a
+            # stream's rank wait for a pass the other ranks never start.
             self._start_pass()
             batch = self._next_of_fresh_pass()
+        else:
+            try:
+                batch = next(self._iterator)
+            except StopIteration:
+                self._iterator = None
+                if not may_wrap:
+                    raise
+                self._start_pass()
+                batch = self._next_of_fresh_pass()
         self.batch_idx += 1
         self.steps += 1
         return batch

@@ -115,6 +115,15 @@ def test_train_example_smoke_fits_the_line():
     assert 1.0 < weight < 3.0  # y = 2x + 5, two epochs in
 
 
+def test_ray_data_example_smoke_streams_parquet_and_learns():
+    out = run(["examples/ray_data_example.py", "--smoke-test"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = re.findall(r"^\s+\d+ +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)$", out.stdout, re.M)
+    assert rows and all(row == "3200" for row in rows), out.stdout[-2000:]  # every training row
+    accuracy = float(re.search(r"final validation accuracy: ([\d.]+)", out.stdout).group(1))
+    assert accuracy > 0.85
+
+
 def test_cifar_example_smoke_names_its_data():
     from raysgd.torch.examples.cifar_pytorch_example import real_cifar_available
 

@@ -100,6 +100,19 @@ def test_validate_with_num_steps_or_after_an_error_starts_every_rank_on_a_new_pa
     assert trainer.recovery_stats.failures == 0  # nothing hung
 
 
+def test_a_validation_shard_can_be_empty(trainer_factory, data):
+    # One block: one rank streams every validation row, the other none.
+    trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 8}, dataset_config=IDS,
+                              datasets={"train": data(16), "validation": data(20, blocks=1)},
+                              timeout_s=30)
+    for _ in range(2):
+        assert trainer.validate()["num_samples"] == 20
+        per_rank = seen(trainer, "val_seen")
+        assert sorted(len(ids) for ids in per_rank) == [0, 20]
+        assert_once(per_rank, 20)
+    assert trainer.recovery_stats.failures == 0
+
+
 def test_num_steps_continues_the_pass_and_wraps_into_the_next(trainer_factory, data):
     # 100 rows, 10 per batch and worker: 5 steps per pass.
     trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 20},

@@ -119,6 +119,8 @@ def test_a_new_pass_per_validation_call_never_wraps():
     assert list(passes.take_new_pass(2)) == [0, 1]
     assert list(passes.take_new_pass(5)) == [0, 1, 2]  # a new pass, cut at its end
     assert list(passes.take_new_pass(None)) == [0, 1, 2] and passes.loader.opened == 3
+    empty = Passes(Stream(0), "validation loader", allow_empty=True)
+    assert list(empty.take_new_pass(None)) == [] and empty.loader.opened == 1  # one pass asked
 
 
 def test_use_loader_keeps_the_counters_and_abandons_the_pass():
