@@ -131,6 +131,17 @@ def write_json(path: str, document: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def exit_and_figure_problems(run: Dict[str, Any], figures) -> List[str]:
+    """What is wrong with a run before any mode's own checks: its exit code, missing figures."""
+    problems = []
+    if run.get("exit_code") != 0:
+        problems.append(f"exit {run.get('exit_code')}")
+    missing = [figure for figure in figures if run.get(figure) is None]
+    if missing:
+        problems.append(f"missing figures {missing}")
+    return problems
+
+
 def settle(run: Dict[str, Any], problems: List[str]) -> Dict[str, Any]:
     """Set ``run["ok"]`` and ``run["error"]`` from a mode's ``problems`` and the launcher's text."""
     tail = run.pop("error", "")

@@ -14,7 +14,8 @@ from bench.data import NUM_BLOCKS, RAYTRAIN_THROUGHPUT_TARGET
 from bench.data.catalog import BY_NAME, RATIOS, Entry, select
 from bench.data.report import tables
 from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
-from bench.report import compute_ratios, metadata_block, save, settle, summarize
+from bench.report import (compute_ratios, exit_and_figure_problems, metadata_block, save, settle,
+                          summarize)
 from bench.workloads import get_workload
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "data.json")
@@ -29,12 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check(run: Dict[str, Any], entry: Entry) -> Dict[str, Any]:
     """A run is ok with exit 0, every figure, and every epoch over the whole data set."""
-    problems = []
-    if run.get("exit_code") != 0:
-        problems.append(f"exit {run.get('exit_code')}")
-    missing = [figure for figure in entry.figures if run.get(figure) is None]
-    if missing:
-        problems.append(f"missing figures {missing}")
+    problems = exit_and_figure_problems(run, entry.figures)
     expected = run.get("expected_samples_per_epoch")
     samples = run.get("samples_per_epoch")
     if samples is not None and any(count != expected for count in samples):

@@ -13,7 +13,8 @@ from tabulate import tabulate
 from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, kill_step
 from bench.recovery.catalog import BY_NAME, HEADERS, RATIOS, Entry, select
-from bench.report import cell, compute_ratios, metadata_block, save, settle, summarize
+from bench.report import (cell, compute_ratios, exit_and_figure_problems, metadata_block, save,
+                          settle, summarize)
 from bench.workloads import NAMES, get_workload
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "recovery.json")
@@ -31,12 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check(run: Dict[str, Any], entry: Entry) -> Dict[str, Any]:
     """Re-judge ``run_once``'s ``ok`` by this entry's figures (and a completed, killed run)."""
-    problems = []
-    if run.get("exit_code") != 0:
-        problems.append(f"exit {run.get('exit_code')}")
-    missing = [figure for figure in entry.figures if run.get(figure) is None]
-    if missing:
-        problems.append(f"missing figures {missing}")
+    problems = exit_and_figure_problems(run, entry.figures)
     if run.get("kill_error"):
         problems.append(f"kill: {run['kill_error']}")
     if "expected_final_step" in run and run.get("final_step") != run["expected_final_step"]:
