@@ -109,7 +109,7 @@ def main(argv=None) -> float:
 
     # "local": a Ray of its own, even where `ray start` left a cluster running.
     ray.init(address=args.address or "local",
-             num_cpus=None if args.address else max(4, args.num_workers), include_dashboard=False)
+             num_cpus=None if args.address else args.num_workers + 2, include_dashboard=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     with tempfile.TemporaryDirectory(prefix="raysgd-ray-data-") as directory:
         write_parquet(directory, args.num_rows, args.num_files)

@@ -1,8 +1,7 @@
 """Driver side of Ray Data input: which datasets feed the workers, and their splits.
 
-The datasets come from ``TorchTrainer(datasets=...)``, from ``train(dataset=...)``
-(legacy) or from rank 0's ``register_data`` in ``setup()``, in that order of
-precedence. The driver calls ``streaming_split`` so its coordinator actor is
+Per slot the dataset is the last ``train(dataset=...)`` (legacy, train only),
+else ``TorchTrainer(datasets=...)``'s, else the one rank 0's ``setup()`` registered. The driver calls ``streaming_split`` so its coordinator actor is
 owned by the driver and outlives any worker: training splits are equal (every
 rank runs the same number of steps, so DDP's collectives match); validation
 splits are not (every row is validated exactly once). A worker group makes a
@@ -75,7 +74,8 @@ class DataFeed:
             raise
 
     def sources(self, registered: Dict[str, Any]) -> Dict[str, Source]:
-        """Per slot, the dataset to split: the driver's, else the one rank 0 registered."""
+        """Per slot, the dataset to split: the last ``train(dataset=...)``, else the
+        trainer's ``datasets``, else the one rank 0 registered."""
         sources = {slot: (ds, self.fmt) for slot, ds in registered.items()}
         sources.update(self._given)
         if self.call_train is not None:
@@ -92,14 +92,22 @@ class GroupShards:
         self.registered: Dict[str, Any] = {}  # datasets rank 0's setup() registered
         self._split: Optional[Split] = None
 
-    def renew(self, nodes: Sequence[str]) -> Tuple[List[str], List[dict]]:
-        """New shards for ranks on ``nodes``: (slots fed, each rank's shards)."""
-        self.close()
+    def renew(self, nodes: Sequence[str], attach: Callable[[List[dict]], None]) -> List[str]:
+        """``attach`` each rank's new shards (ranks on ``nodes``); the slots fed. The old
+        split is closed once the new one is attached: if attaching fails, the ranks keep it."""
         sources = self.feed.sources(self.registered) if self.feed is not None else {}
         if not sources:
-            return [], []
-        self._split = Split(sources, nodes)
-        return sorted(sources), [self._split.for_rank(rank) for rank in range(len(nodes))]
+            self.close()
+            return []
+        split = Split(sources, nodes)
+        try:
+            attach([split.for_rank(rank) for rank in range(len(nodes))])
+        except BaseException:
+            split.close()
+            raise
+        self.close()
+        self._split = split
+        return sorted(sources)
 
     def close(self) -> None:
         if self._split is not None:

@@ -213,7 +213,9 @@ class Passes:
                     break
 
     def _at(self, state: Dict[str, Any]) -> bool:
-        return self._iterator is not None and (self.epoch, self.batch_idx, self.steps) == (
+        # Only for streams: a replayable loader replays, since its order (pass_rng) may differ.
+        return not self.replayable and self._iterator is not None and (
+            self.epoch, self.batch_idx, self.steps) == (
             int(state.get("epoch", 0)), int(state.get("batch_idx", 0)), int(state.get("steps", 0)))
 
     def _restart_pass(self, batches_read: int) -> None:

@@ -112,9 +112,8 @@ class WorkerGroup(FanOut):
     def attach_data(self, summaries: Optional[List[Dict[str, Any]]] = None) -> None:
         """Give every rank new streaming shards of the Ray Data inputs (the old split is
         closed); ``summaries`` then say the ranks have those loaders."""
-        slots, per_rank = self.shards.renew(self._nodes)
-        if slots:
-            self.execute_per_rank("attach_data", [(shards,) for shards in per_rank])
+        slots = self.shards.renew(self._nodes, lambda per_rank: self.execute_per_rank(
+            "attach_data", [(shards,) for shards in per_rank]))
         for summary in summaries or []:
             summary.update({f"has_{slot}_loader": True for slot in slots})
 
@@ -332,7 +331,13 @@ class WorkerGroup(FanOut):
                 for rank in range(self.num_workers)]
         if renew_shards:
             self.attach_data()
-        restarted = next(filter(None, self.execute_per_rank("restore", args)), None)
+        restarted = self.execute_per_rank("restore", args)
+        if any(restarted) and not renew_shards:
+            # A rank whose position had moved restarts its pass; the others must too, and on
+            # new shards (the coordinator starts a pass only when every rank asks for one).
+            self.attach_data()
+            restarted = self.execute_per_rank("restore", args)
+        restarted = next(filter(None, restarted), None)
         logger.info("raysgd: restored the commit of step %d on %d worker(s)", commit.step,
                     self.num_workers)
         log_restart(restarted)

@@ -15,7 +15,7 @@ class IdOperator(TrainingOperator):
     pid, and rank 0 its step, for a test that kills it), ``sleep_s`` per batch,
     ``register`` (a dataset to pass to ``register_data`` in setup), ``default_loop``
     (train with the inherited ``train_batch``), ``fail_val_at`` (rank 0 raises at that
-    validation batch once)."""
+    validation batch once). Rank 1 refuses to load a state whose ``boom`` is set."""
 
     def setup(self, config):
         torch.manual_seed(0)
@@ -45,6 +45,13 @@ class IdOperator(TrainingOperator):
         # A real DDP step: every rank must run as many as the others.
         x = x.float().view(-1, 1)
         return super().train_batch((x, x.clone()), batch_info)
+
+    def state_dict(self):
+        return {"boom": False}
+
+    def load_state_dict(self, state):
+        if state.get("boom") and self.world_rank == 1:
+            raise RuntimeError("bad state on rank 1")
 
     def validate_batch(self, batch, batch_info):
         if self.world_rank == 0 and batch_info["batch_idx"] == self.config.get("fail_val_at"):

@@ -153,6 +153,22 @@ def test_a_rollback_after_a_call_that_read_nothing_keeps_the_pass(trainer_factor
             ray.get(coordinator.get_dataset_context.remote(), timeout=30)
 
 
+def test_a_load_that_failed_on_one_rank_restarts_every_rank_together(trainer_factory, data):
+    trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 20}, timeout_s=30,
+                              datasets={"train": data(100)}, dataset_config=IDS)
+    trainer.train(num_steps=2)
+    state = trainer.state_dict()
+    trainer.train(num_steps=1)
+    state["operator"] = {"boom": True}
+    # Rank 0 loads the older position (its pass restarts), rank 1 raises before it does.
+    with pytest.raises(RuntimeError, match="bad state on rank 1"):
+        trainer.load_state_dict(state)
+    seen(trainer)
+    assert trainer.train()["epoch"] == 1  # every rank reruns pass 1 from its start
+    assert_once(seen(trainer), 100)
+    assert trainer.recovery_stats.failures == 0  # nobody waited for a pass alone
+
+
 def test_register_data_with_a_ray_dataset_in_setup(trainer_factory, data):
     trainer = trainer_factory(IdOperator, config={BATCH_SIZE: 10, "register": data(60)},
                               dataset_config=IDS)

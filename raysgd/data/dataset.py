@@ -51,7 +51,6 @@ class Dataset:
         self.batch_size = batch_size
         self.download_func = download_func
         self.transform = transform
-        self.max_concurrency = max_concurrency
 
     def batch_config(self) -> DatasetConfig:
         """How the workers build batches of these items (the driver streams the items)."""
