@@ -1,10 +1,38 @@
-"""Runs a benchmark's quick mode the way the smoke tests do, for those tests."""
+"""Runs a benchmark's quick mode the way the smoke tests do, for those tests.
+
+``run_quick`` runs one there and then. The smoke tests of the benchmarks in
+``QUICK_RUNS`` take theirs from the session's ``bench_quick`` fixture
+(``conftest.py``, a :class:`background.Batch`): the first of them to ask starts
+every quick run that this session's smoke tests will ask for, two at a time,
+and each test waits for its own. Each run is the same ``python -m ... --quick
+--out PATH`` command from the repository root as before.
+"""
+import functools
 import json
 import os
 import subprocess
 import sys
+from typing import Dict, Iterable, Tuple
+
+from background import Batch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (the smoke test module that asks for it, the module to run, its other arguments).
+# Started in this order, longest first, so that the short ones fill the gaps.
+QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
+    "warm": ("test_bench_warm_smoke", "bench.warm", ()),
+    "recovery": ("test_bench_recovery_smoke", "bench.recovery", ()),
+    "data": ("test_bench_data_smoke", "bench.data", ()),
+    "main": ("test_bench_smoke", "bench", ("--workload", "mlp")),
+    "disk": ("test_bench_disk_smoke", "bench.disk", ()),
+    "gpu": ("test_bench_gpu_smoke", "bench.gpu", ()),
+}
+# One run's limit: alone, the longest takes 2-3 minutes; beside another one on a busy
+# machine it may take twice that.
+RUN_TIMEOUT_S = 480
+# What a smoke test may wait for its run, which may be queued behind others.
+WAIT_TIMEOUT_S = 1500
 
 
 def run_quick(module: str, out) -> tuple:
@@ -14,3 +42,37 @@ def run_quick(module: str, out) -> tuple:
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
+
+
+class QuickRun:
+    """One finished quick run: its process (``subprocess.CompletedProcess``) and JSON file."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, out: str):
+        self.proc, self.out, self.stdout = proc, out, proc.stdout
+
+    def document(self) -> dict:
+        """The JSON it saved; fails the test with the run's output tail if it failed."""
+        assert self.proc.returncode == 0, self.proc.stdout[-3000:] + self.proc.stderr[-3000:]
+        with open(self.out) as handle:
+            return json.load(handle)
+
+
+def _quick(name: str, out_dir: str, batch: Batch) -> QuickRun:
+    _, module, args = QUICK_RUNS[name]
+    out = os.path.join(out_dir, f"{name}.json")
+    try:
+        proc = batch.run([sys.executable, "-m", module, *args, "--quick", "--out", out],
+                         timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired as exc:
+        proc = subprocess.CompletedProcess(exc.cmd, None, exc.stdout or "",
+                                           (exc.stderr or "") + f"\nkilled after {exc.timeout} s")
+    return QuickRun(proc, out)
+
+
+def quick_runs(out_dir: str, test_modules: Iterable[str]) -> Batch:
+    """The quick runs the smoke tests among ``test_modules`` ask for; their JSON in
+    ``out_dir``."""
+    selected = set(test_modules)
+    return Batch({name: functools.partial(_quick, name, out_dir)
+                  for name, (test_module, _, _) in QUICK_RUNS.items()
+                  if test_module in selected})

@@ -62,3 +62,16 @@ def trainer_factory(ray_cpus):
     yield factory
     for trainer in made:
         trainer.shutdown()
+
+
+@pytest.fixture(scope="session")
+def bench_quick(request, tmp_path_factory):
+    """The benchmarks' quick runs (``bench_runs.quick_runs``) of this session's smoke tests,
+    two at a time from the first one's start; ``bench_quick.result(name, timeout)``."""
+    from bench_runs import quick_runs
+
+    modules = {os.path.splitext(os.path.basename(str(item.fspath)))[0]
+               for item in request.session.items}
+    runs = quick_runs(str(tmp_path_factory.mktemp("bench-quick")), modules)
+    yield runs
+    runs.close()

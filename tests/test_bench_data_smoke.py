@@ -8,16 +8,17 @@ target were printed and saved.
 
 import pytest
 
-from bench_runs import run_quick
+from bench_runs import WAIT_TIMEOUT_S
 
 VARIANTS = ("raysgd_raydata", "raysgd_loader", "raytrain_raydata")
 FIGURES = ("first_epoch_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_data_quick_reports_every_figure(tmp_path):
-    document, stdout = run_quick("bench.data", tmp_path / "data.json")
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_data_quick_reports_every_figure(bench_quick):
+    run = bench_quick.result("data")  # python -m bench.data --quick --out ...
+    document, stdout = run.document(), run.stdout
     assert set(document["variants"]) == set(VARIANTS)
     for name in VARIANTS:
         variant = document["variants"][name]

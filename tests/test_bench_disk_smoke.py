@@ -4,25 +4,18 @@ Nothing about speed is asserted (the 2 % target is printed, not enforced); only
 that the cost part timed both kinds of epochs and wrote checkpoints, and that
 the SIGKILLed driver's second run resumed mid-run and finished.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_runs import WAIT_TIMEOUT_S
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_disk_quick_reports_cost_and_resume(tmp_path):
-    out = tmp_path / "disk.json"
-    run = subprocess.run([sys.executable, "-m", "bench.disk", "--quick", "--out", str(out)],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_disk_quick_reports_cost_and_resume(bench_quick):
+    # python -m bench.disk --quick --out ... (bench_runs.QUICK_RUNS)
+    run = bench_quick.result("disk", WAIT_TIMEOUT_S)
+    document = run.document()
     assert "resumed launch → first step (s)" in run.stdout and "cost" in run.stdout
-    document = json.loads(out.read_text())
     for case in ("mlp", "digits"):
         cost = document["cost"][case]
         assert cost["epochs_timed"] >= 2 and cost["epoch_s_none"] > 0 and cost["epoch_s_disk"] > 0

@@ -4,26 +4,20 @@ On a machine without CUDA the quick mode trains a tiny model on the CPU. It
 asserts nothing about speed or the targets; only that each run worked and
 that the JSON holds each variant's throughput and the ratios.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_runs import WAIT_TIMEOUT_S
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 VARIANTS = {f"{kind}_{p}" for kind in ("raysgd", "loop") for p in PRECISIONS}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_bench_gpu_quick_reports_throughput_for_every_variant(tmp_path):
-    out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--quick", "--out", str(out)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(out.read_text())
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_gpu_quick_reports_throughput_for_every_variant(bench_quick):
+    # python -m bench.gpu --quick --out ... (bench_runs.QUICK_RUNS)
+    proc = bench_quick.result("gpu", WAIT_TIMEOUT_S)
+    document = proc.document()
     assert set(document["variants"]) == VARIANTS
     for name, variant in document["variants"].items():
         assert variant["runs"], name

@@ -7,7 +7,7 @@ that the JSON holds each variant's figures and the ratios.
 
 import pytest
 
-from bench_runs import run_quick
+from bench_runs import WAIT_TIMEOUT_S
 
 RECOVERY = ("recovery_s", "steps_rerun", "commit_interval", "first_step_s", "wall_s",
             "peak_mem_mib")
@@ -24,9 +24,11 @@ CAN_BE_ZERO = {"steps_rerun", "steps_lost_reported"}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_recovery_quick_reports_every_figure(tmp_path):
-    document, stdout = run_quick("bench.recovery", tmp_path / "recovery.json")
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_recovery_quick_reports_every_figure(bench_quick):
+    # python -m bench.recovery --quick --out ... (bench_runs.QUICK_RUNS)
+    run = bench_quick.result("recovery", WAIT_TIMEOUT_S)
+    document, stdout = run.document(), run.stdout
     assert set(document["variants"]) == set(EXPECTED)
     for name, figures in EXPECTED.items():
         variant = document["variants"][name]

@@ -1,26 +1,19 @@
 """Smoke test for ``python -m bench``: every variant yields every figure (speed is not checked)."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_runs import WAIT_TIMEOUT_S
+
 VARIANTS = {"raysgd_2w", "raysgd_2w_plain_init", "torchrun_2w", "raytrain_2w", "plain_1t",
             "plain_2t", "raysgd_1w"}
 FIGURES = ("first_step_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_quick_reports_every_figure_for_every_variant(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--workload", "mlp",
-                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=280)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(out.read_text())
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_quick_reports_every_figure_for_every_variant(bench_quick):
+    # python -m bench --workload mlp --quick --out ... (bench_runs.QUICK_RUNS)
+    proc = bench_quick.result("main", WAIT_TIMEOUT_S)
+    document = proc.document()
     assert set(document["variants"]) == VARIANTS
     for name, variant in document["variants"].items():
         for run in variant["runs"]:

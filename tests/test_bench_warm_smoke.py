@@ -11,7 +11,7 @@ without a spare.
 
 import pytest
 
-from bench_runs import run_quick
+from bench_runs import WAIT_TIMEOUT_S
 
 SECOND = ("first_trainer_s", "second_trainer_s", "same_pids", "reused_workers", "shutdown_s",
           "launch_first_step_s", "wall_s", "peak_mem_mib")
@@ -32,9 +32,11 @@ def _only_run(document, name):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_bench_warm_quick_reports_every_figure(tmp_path):
-    document, stdout = run_quick("bench.warm", tmp_path / "warm.json")
+@pytest.mark.timeout(WAIT_TIMEOUT_S + 60)
+def test_bench_warm_quick_reports_every_figure(bench_quick):
+    # python -m bench.warm --quick --out ... (bench_runs.QUICK_RUNS)
+    run = bench_quick.result("warm", WAIT_TIMEOUT_S)
+    document, stdout = run.document(), run.stdout
     assert set(document["variants"]) == set(EXPECTED)
     for name, figures in EXPECTED.items():
         variant = document["variants"][name]

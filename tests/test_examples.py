@@ -11,18 +11,76 @@ import textwrap
 
 import pytest
 
+from background import Batch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+# A test of a script waits for its run, which may be queued behind others (see `scripts`).
+WAIT_S = 900
+waits_for_its_script = pytest.mark.timeout(WAIT_S + 60)
 
 
-def run(args, **kwargs):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=220, **kwargs)
+def run(batch: Batch, args) -> subprocess.CompletedProcess:
+    """One script run, as ``subprocess.run([python, *args])`` from the repository root."""
+    return batch.run([sys.executable, *args], timeout=220, cwd=ROOT)
 
 
-def test_digits_demo_reaches_090_reloads_the_same_accuracy_and_resumes(tmp_path):
-    run_dir = tmp_path / "run"
-    out = run(["examples/digits_demo.py", "--epochs", "5", "--run-dir", str(run_dir)])
+def digits_demo_twice(batch: Batch, run_dir) -> tuple:
+    """The README's main job (5 epochs), then again on its run directory with 6:
+    ``(run_dir, first run, second run or None)``."""
+    first = run(batch, ["examples/digits_demo.py", "--epochs", "5", "--run-dir", str(run_dir)])
+    if first.returncode != 0:
+        return run_dir, first, None
+    return run_dir, first, run(batch, ["examples/digits_demo.py", "--epochs", "6",
+                                       "--run-dir", str(run_dir)])
+
+
+def legacy_script(batch: Batch, directory) -> subprocess.CompletedProcess:
+    script = directory / "legacy.py"
+    script.write_text(LEGACY_SCRIPT)
+    return run(batch, [str(script)])
+
+
+_batches = []  # this module's batch of script runs, once started
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    """Every example script run that the tests above the in-process ones check, by name,
+    two at a time (``background``) from the first test's start, longest first; each
+    test waits for its own (``scripts.result(name, WAIT_S)``) and checks its output."""
+    digits = tmp_path_factory.mktemp("digits")
+    legacy = tmp_path_factory.mktemp("legacy")
+    bench = tmp_path_factory.mktemp("benchmark")
+    batch = Batch({
+        "pbt": lambda b: run(b, ["examples/pbt_example.py", "--smoke-test"]),
+        "digits": lambda b: digits_demo_twice(b, digits / "run"),
+        "ray_data": lambda b: run(b, ["examples/ray_data_example.py", "--smoke-test"]),
+        "func_trainable": lambda b: run(b, ["examples/func_trainable.py", "--smoke-test"]),
+        "dcgan": lambda b: run(b, ["examples/dcgan.py", "--smoke-test"]),
+        "tune": lambda b: run(b, ["examples/tune_example.py", "--smoke-test"]),
+        "cifar": lambda b: run(b, ["examples/cifar_pytorch_example.py", "--smoke-test"]),
+        "legacy": lambda b: legacy_script(b, legacy),
+        "train": lambda b: run(b, ["examples/train_example.py", "--smoke-test"]),
+        "benchmark": lambda b: (run(b, ["examples/benchmark.py", "--smoke-test", "--out",
+                                        str(bench / "b.json")]), bench / "b.json"),
+    })
+    _batches.append(batch)
+    yield batch
+    batch.close()
+
+
+@pytest.fixture(autouse=True)
+def _scripts_ended(request):
+    """The in-process tests below do not run beside the scripts."""
+    if "scripts" not in request.fixturenames:
+        for batch in _batches:
+            batch.wait_all()
+
+
+@waits_for_its_script
+def test_digits_demo_reaches_090_reloads_the_same_accuracy_and_resumes(scripts):
+    run_dir, out, again = scripts.result("digits", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     match = re.search(r"before save: ([\d.]+), after reload into a fresh trainer: ([\d.]+)", out.stdout)
     assert match, out.stdout
@@ -32,7 +90,6 @@ def test_digits_demo_reaches_090_reloads_the_same_accuracy_and_resumes(tmp_path)
     assert curves == str(run_dir / "curves.png") and open(curves, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert f"checkpoint directory: {run_dir}" in out.stdout and (run_dir / "best.pt").exists()
     # Run again: it resumes after epoch 5 and trains only the sixth.
-    again = run(["examples/digits_demo.py", "--epochs", "6", "--run-dir", str(run_dir)])
     assert again.returncode == 0, again.stderr[-3000:]
     assert "5 epoch(s) already trained" in again.stdout
     epochs = re.findall(r"^\s+(\d+) +[\d.]+ +[\d.]+ +[\d.]+$", again.stdout, re.M)
@@ -79,44 +136,48 @@ LEGACY_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_legacy_operator_script_runs_with_swapped_imports(tmp_path):
-    script = tmp_path / "legacy.py"
-    script.write_text(LEGACY_SCRIPT)
-    out = run([str(script)])
+@waits_for_its_script
+def test_legacy_operator_script_runs_with_swapped_imports(scripts):
+    out = scripts.result("legacy", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "EPOCH 3 SAMPLES 1000 VAL 1000" in out.stdout
 
 
-def test_tune_example_smoke_picks_the_best_lr():
-    out = run(["examples/tune_example.py", "--smoke-test"])
+@waits_for_its_script
+def test_tune_example_smoke_picks_the_best_lr(scripts):
+    out = scripts.result("tune", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "best config: {'lr': 0.01}" in out.stdout
 
 
-def test_pbt_example_smoke_finishes():
-    out = run(["examples/pbt_example.py", "--smoke-test"])
+@waits_for_its_script
+def test_pbt_example_smoke_finishes(scripts):
+    out = scripts.result("pbt", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"best trial: lr=[\d.e+-]+, val_loss=[\d.]+", out.stdout), out.stdout[-2000:]
 
 
-def test_func_trainable_smoke_picks_a_learning_rate():
-    out = run(["examples/func_trainable.py", "--smoke-test"])
+@waits_for_its_script
+def test_func_trainable_smoke_picks_a_learning_rate(scripts):
+    out = scripts.result("func_trainable", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     match = re.search(r"best lr ([\d.]+): validation accuracy ([\d.]+) after 2 epochs", out.stdout)
     assert match, out.stdout[-2000:]
     assert float(match.group(2)) > 0.5  # 2 epochs of a CNN on digits, well above chance (0.1)
 
 
-def test_train_example_smoke_fits_the_line():
-    out = run(["examples/train_example.py", "--smoke-test"])
+@waits_for_its_script
+def test_train_example_smoke_fits_the_line(scripts):
+    out = scripts.result("train", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "'epoch': 2" in out.stdout and "val_loss" in out.stdout
     weight = float(re.search(r"trained weight: ([-\d.e]+)", out.stdout).group(1))
     assert 1.0 < weight < 3.0  # y = 2x + 5, two epochs in
 
 
-def test_ray_data_example_smoke_streams_parquet_and_learns():
-    out = run(["examples/ray_data_example.py", "--smoke-test"])
+@waits_for_its_script
+def test_ray_data_example_smoke_streams_parquet_and_learns(scripts):
+    out = scripts.result("ray_data", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = re.findall(r"^\s+\d+ +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)$", out.stdout, re.M)
     assert rows and all(row == "3200" for row in rows), out.stdout[-2000:]  # every training row
@@ -124,10 +185,11 @@ def test_ray_data_example_smoke_streams_parquet_and_learns():
     assert accuracy > 0.85
 
 
-def test_cifar_example_smoke_names_its_data():
+@waits_for_its_script
+def test_cifar_example_smoke_names_its_data(scripts):
     from raysgd.torch.examples.cifar_pytorch_example import real_cifar_available
 
-    out = run(["examples/cifar_pytorch_example.py", "--smoke-test"])
+    out = scripts.result("cifar", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     data = "cifar10" if real_cifar_available("~/data") else "synthetic"
     assert ("data: CIFAR-10 from" if data == "cifar10" else
@@ -136,8 +198,9 @@ def test_cifar_example_smoke_names_its_data():
                      r"val_accuracy [\d.]+, val_top5_accuracy [\d.]+", out.stdout), out.stdout
 
 
-def test_dcgan_smoke_reports_the_quality_proxy():
-    out = run(["examples/dcgan.py", "--smoke-test"])
+@waits_for_its_script
+def test_dcgan_smoke_reports_the_quality_proxy(scripts):
+    out = scripts.result("dcgan", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     real = re.search(r"real validation digits: confidence ([\d.]+), digit score ([\d.]+)", out.stdout)
     assert real and float(real.group(1)) > 0.8, out.stdout  # the judge recognises real digits
@@ -145,10 +208,11 @@ def test_dcgan_smoke_reports_the_quality_proxy():
                      r"generated: confidence [\d.]+, digit score [\d.]+", out.stdout), out.stdout
 
 
-def test_benchmark_example_smoke_prints_the_ratio(tmp_path):
-    out = run(["examples/benchmark.py", "--smoke-test", "--out", str(tmp_path / "b.json")])
+@waits_for_its_script
+def test_benchmark_example_smoke_prints_the_ratio(scripts):
+    out, saved = scripts.result("benchmark", WAIT_S)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "raysgd(1 worker)/plain" in out.stdout and (tmp_path / "b.json").exists()
+    assert "raysgd(1 worker)/plain" in out.stdout and saved.exists()
 
 
 # ------------------------------------------------ legacy functions, by their legacy names

@@ -216,9 +216,14 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path):
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(30)
     _reap_group(victim)
-    assert plain.wait(240) == 0, plain.communicate()[1][-3000:]
-    again = run(killed, tmp_path / "resumed.pt")
-    out, err = again.communicate(timeout=240)
+    again = run(killed, tmp_path / "resumed.pt")  # while the uninterrupted run finishes
+    try:
+        assert plain.wait(240) == 0, plain.communicate()[1][-3000:]
+        out, err = again.communicate(timeout=240)
+    finally:
+        if again.poll() is None:
+            os.killpg(again.pid, signal.SIGKILL)
+            again.wait(30)
     assert again.returncode == 0, err[-3000:]
     resumed_step = int(err.split("resumed from ")[1].split("step ")[1].split()[0])
     assert resumed_step >= seen["step"]
@@ -244,14 +249,40 @@ def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -
     raise AssertionError("no mid-epoch checkpoint appeared")
 
 
+LINGERING = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
 def _reap_group(process) -> None:
     """The killed driver's raylet and workers die with it, but Ray 2.60's dashboard and
-    runtime-env agents can linger for minutes; they hold nothing of ours."""
+    runtime-env agents can linger for minutes; they hold nothing of ours. Wait (5 s at most)
+    until only they are left, then kill the group."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
+        left = _group_members(process.pid)
+        if not left:
             return
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)
+        if all(cmdline.startswith(LINGERING) for cmdline in left):
+            break
+        time.sleep(0.1)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _group_members(pgid: int) -> list:
+    """The command lines of the live processes in process group ``pgid`` (zombies have ended)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid or fields[0] == "Z":
+                continue
+            with open(f"/proc/{entry}/cmdline") as cmdline:
+                members.append(cmdline.read().replace("\0", " ").strip())
+        except (OSError, IndexError, ValueError):
+            pass
+    return members

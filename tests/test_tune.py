@@ -81,7 +81,9 @@ def test_pbt_exploit_copies_the_donors_state_and_keeps_the_new_hyperparameters(r
         trainable, param_space={"lr": tune.grid_search([1e-2, 1e-9])},
         tune_config=tune.TuneConfig(metric="train_loss", mode="min", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt",
-                                  stop={"training_iteration": 6}, verbose=0))
+                                  # one exploit (at iteration 2), then two iterations with
+                                  # the donor's state (the last one is never perturbed)
+                                  stop={"training_iteration": 4}, verbose=0))
     results = tuner.fit()
     assert not results.errors
     histories = {id(r): r.metrics_dataframe for r in results}
