@@ -27,7 +27,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
 from raysgd.health import Commit
-from raysgd.progress import NULL_PROGRESS
+from raysgd.progress_bar import NULL_PROGRESS
 from raysgd.recovery import Decision, RecoveryPolicy
 
 logger = logging.getLogger("raysgd")

@@ -26,7 +26,7 @@ from raysgd.metrics import reduce_worker_results
 from raysgd.operator import TrainingOperator
 from raysgd.operator_args import resolve_operator
 from raysgd.pool import idle_timeout_s
-from raysgd.progress import make_progress
+from raysgd.progress_bar import make_progress
 from raysgd.recovery import FailureConfig, RecoveryPolicy
 from raysgd.run_recorder import DiskSettings, ResumePoint, RunRecorder
 from raysgd.supervisor import Supervisor

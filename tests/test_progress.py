@@ -12,7 +12,8 @@ from operators_for_tests import LegacyEpochOperator, LinearOperator
 from raysgd import TorchTrainer
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import ConfigError
-from raysgd.progress import NULL_PROGRESS, BatchEvents, ProgressBar, make_progress
+from raysgd.progress import BatchEvents
+from raysgd.progress_bar import NULL_PROGRESS, ProgressBar, make_progress
 from raysgd.runner import WorkerRunner
 from raysgd.utils import BATCH_SIZE
 
