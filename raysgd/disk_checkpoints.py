@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from raysgd import checkpoint as checkpoint_io
 from raysgd.checkpoint_dir import RUN_KEY, CheckpointDirectory
 from raysgd.errors import CheckpointError, ConfigError
-from raysgd.health import Commit
+from raysgd.commit import Commit
 from raysgd.packing import pack_tensors, unpack_tensors
 
 logger = logging.getLogger("raysgd")

@@ -1,23 +1,20 @@
-"""Moving in-epoch commits from the workers to the driver; pure, no Ray.
+"""Handing a worker's in-epoch commits to the driver; pure, no Ray.
 
-Worker side, :class:`CommitHandoff`: the training thread offers a commit
+:class:`CommitHandoff`: the training thread offers a commit
 every ``checkpoint_every_n_steps`` batches and, on a remote worker, waits
 until the driver's standing request (a long poll answered by the worker's
 commit thread) has taken it. That wait is what bounds lost work: a rank never
 trains past a commit the driver does not hold, so a failure costs at most
 one commit interval plus the step in flight. It costs a thread wake-up per
 commit when the driver is polling, and at most ``wait_s`` when it is not.
-
-Driver side, :class:`CommitAssembler`: ranks hand their parts over one by
-one; a commit exists once every rank handed over the same step.
+On the driver, :class:`raysgd.commit.CommitAssembler` puts the ranks' parts
+together.
 """
 from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Dict, List, Optional, Tuple
-
-from raysgd.health import Commit
+from typing import Any, List, Optional
 
 KEEP_COMMITS = 4  # commits held when nobody takes them (a runner used on its own)
 
@@ -77,32 +74,3 @@ class CommitHandoff:
 
     def _newer(self, after: int) -> bool:
         return any(step > after for step in self._queue)
-
-
-class CommitAssembler:
-    """Collects per-rank commit parts until one step is complete on every rank."""
-
-    def __init__(self, world_size: int, committed_step: int):
-        self.world_size = world_size
-        self.committed_step = committed_step
-        self._parts: Dict[int, Dict[int, Tuple[int, Any, int]]] = {}  # step -> rank -> (call_done, ref, epochs)
-        self._last_seen: Dict[int, int] = {}
-
-    def after(self, rank: int) -> int:
-        """The step a request for ``rank``'s next part should start after."""
-        return max(self.committed_step, self._last_seen.get(rank, self.committed_step))
-
-    def add(self, rank: int, step: int, call_done: int, snapshot: Any,
-            epochs_done: int = 0) -> Optional[Commit]:
-        """Record a part; returns the new :class:`Commit` once ``step`` is complete."""
-        self._last_seen[rank] = max(step, self._last_seen.get(rank, step))
-        if step <= self.committed_step:
-            return None
-        parts = self._parts.setdefault(step, {})
-        parts[rank] = (call_done, snapshot, epochs_done)
-        if len(parts) < self.world_size:
-            return None
-        self.committed_step = step
-        self._parts = {s: p for s, p in self._parts.items() if s > step}
-        return Commit(step, parts[0][0], self.world_size,
-                      [parts[rank][1] for rank in range(self.world_size)], parts[0][2])

@@ -1,12 +1,11 @@
-"""Pure bookkeeping for hang detection and in-epoch commits; no Ray.
+"""Pure bookkeeping for hang detection on the driver; no Ray.
 
 The worker group feeds it each rank's progress report; it says which ranks
-stalled. :class:`Commit` is the unit of rollback.
+stalled.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from raysgd.errors import RankFailure, WorkerFailedError
@@ -14,21 +13,6 @@ from raysgd.errors import RankFailure, WorkerFailedError
 
 class WorkerHangError(WorkerFailedError):
     """Ranks made no progress (or did not answer) within ``timeout_s``."""
-
-
-@dataclass(frozen=True)
-class Commit:
-    """A consistent point to roll back to: per-rank snapshots taken at ``step``.
-
-    ``snapshots`` are opaque handles (object references) owned by the driver;
-    rank 0's holds the full state, the others their own position and RNG.
-    """
-
-    step: int
-    call_done: int
-    world_size: int
-    snapshots: List[Any] = field(default_factory=list)
-    epochs_done: int = 0  # passes over the train loader finished (the trainer's ``epoch``)
 
 
 class HealthMonitor:

@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
-from raysgd.health import Commit
+from raysgd.commit import Commit
 from raysgd.progress_bar import NULL_PROGRESS
 from raysgd.recovery import Decision, RecoveryPolicy
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import ray
 from ray.exceptions import RayActorError, RayError
 
-from raysgd.handoff import CommitAssembler
-from raysgd.health import Commit, HealthMonitor
+from raysgd.commit import Commit, CommitAssembler
+from raysgd.health import HealthMonitor
 
 logger = logging.getLogger("raysgd")
 

@@ -32,7 +32,8 @@ from raysgd.data_feed import DataFeed, GroupShards, log_restart
 from raysgd.distributed import local_ranks
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.fanout import FanOut
-from raysgd.health import Commit, HealthMonitor
+from raysgd.commit import Commit
+from raysgd.health import HealthMonitor
 from raysgd.pool import POOL, Crew
 from raysgd.runner import WorkerRunner
 from raysgd.watch import CallWatch, pull_to_driver

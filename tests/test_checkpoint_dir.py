@@ -13,7 +13,7 @@ from raysgd.checkpoint_dir import BEST, INDEX, CheckpointDirectory
 from raysgd.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, to_checkpoint,
                                      to_snapshots)
 from raysgd.errors import CheckpointError, ConfigError
-from raysgd.health import Commit
+from raysgd.commit import Commit
 from raysgd.packing import pack_tensors
 from raysgd.run_recorder import DiskSettings, log_record
 

@@ -50,7 +50,7 @@ class FakeWorkerGroup:
         return obj
 
     def execute_pair(self, method, *args, watch=None):
-        from raysgd.health import Commit
+        from raysgd.commit import Commit
 
         if method == "train_and_commit":
             metrics = self.execute("train_epoch", *args)
