@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import torch
 
 from raysgd.errors import ConfigError
+from raysgd.process_state import on_restore
 
 _active: Optional["FunctionSession"] = None  # the session of this process, if any
 
@@ -34,6 +35,7 @@ def is_distributed_trainable() -> bool:
     return _active is not None
 
 
+@on_restore
 def reset() -> None:
     """Forget this process's session (a pooled worker starting over for a new trainer)."""
     global _active

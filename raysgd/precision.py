@@ -30,6 +30,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import torch
 
 from raysgd.errors import ConfigError
+from raysgd.process_state import on_restore
 
 
 class Precision:
@@ -163,6 +164,7 @@ class ApexPrecision(Precision):
 _warned_cpu_fp16 = False
 
 
+@on_restore
 def reset_warnings() -> None:
     """Warn again, as a new process would (a pooled worker starting over for a new trainer)."""
     global _warned_cpu_fp16

@@ -16,12 +16,21 @@ import os
 import random
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import torch
 
-from raysgd import func_session, precision
+# Modules that keep module-level state register how to forget it (``on_restore``);
+# this module imports none of them, so the worker's base never depends on the
+# integrations (a function trainable's session) that keep such state.
+_RESETS: List[Callable[[], None]] = []
+
+
+def on_restore(reset: Callable[[], None]) -> Callable[[], None]:
+    """Call ``reset`` at every :meth:`Baseline.restore`; a decorator."""
+    _RESETS.append(reset)
+    return reset
 
 
 @dataclass(frozen=True)
@@ -86,5 +95,5 @@ def _set_torch_switches(switches: Dict[str, Any]) -> None:
 
 
 def _reset_raysgd_modules() -> None:
-    func_session.reset()
-    precision.reset_warnings()
+    for reset in list(_RESETS):
+        reset()
