@@ -4,10 +4,10 @@ Legacy scripts run after replacing ``ray.util.sgd`` with ``raysgd`` in imports.
 """
 from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesUnavailableError,
                            TrainerShutdownError, WorkerFailedError)
-from raysgd.dataset_config import DatasetConfig
+from raysgd.data.dataset_config import DatasetConfig
+from raysgd.driver.warm import idle_workers, release_idle_workers
 from raysgd.operator import TrainingOperator
 from raysgd.trainer import TorchTrainer
-from raysgd.warm import idle_workers, release_idle_workers
 
 __version__ = "0.1.0"
 

@@ -118,7 +118,7 @@ class WorkerSettings:
     use_fp16: Union[bool, str] = False
     apex_args: Optional[Mapping[str, Any]] = None
     scheduler_step_freq: Optional[str] = None
-    use_tqdm: Union[bool, str] = False  # drawn on the driver (raysgd.progress)
+    use_tqdm: Union[bool, str] = False  # drawn on the driver (raysgd.driver.progress)
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
     num_gpus_per_worker: float = 1  # reserved per worker when use_gpu
@@ -156,7 +156,7 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class WarmSettings:
-    """Warm processes (``raysgd.pool``): reuse a stopped trainer's workers, keep spares."""
+    """Warm processes (``raysgd.driver.pool``): reuse a stopped trainer's workers, keep spares."""
 
     reuse: bool = True  # shutdown() hands the workers to the pool; a new group takes them
     spares: int = 0  # warm processes (no CPU reserved while idle) for a dead rank's place

@@ -7,12 +7,12 @@ from typing import Any, Dict, Iterable, Optional
 import torch
 from torch import nn
 
-from raysgd import distributed
-from raysgd.batches import check_tuple_batch, move_to_device, split_batch
 from raysgd.errors import ConfigError
-from raysgd.metrics import NUM_SAMPLES, AverageMeterCollection
-from raysgd.progress import BatchEvents
-from raysgd.timers import NULL_TIMERS
+from raysgd.worker import distributed
+from raysgd.worker.batches import check_tuple_batch, move_to_device, split_batch
+from raysgd.worker.metrics import NUM_SAMPLES, AverageMeterCollection
+from raysgd.worker.progress import BatchEvents
+from raysgd.worker.timers import NULL_TIMERS
 
 
 class OperatorContext:

@@ -25,8 +25,8 @@ from ray import tune
 from ray.util import get_current_placement_group
 
 from raysgd.config import check_workers_per_host
+from raysgd.driver.placement import Reservation, host_bundles
 from raysgd.errors import ConfigError
-from raysgd.placement import Reservation, host_bundles
 from raysgd.trainer import TorchTrainer
 
 # Trainer arguments a trial's config may set (they shape the trial's resources).

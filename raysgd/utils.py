@@ -1,10 +1,10 @@
 """Legacy ``ray.util.sgd.utils`` names: constants, meters, timers and small helpers."""
-from raysgd.batches import move_to_device
 from raysgd.constants import BATCH_SIZE
-from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
-from raysgd.report import pretty_print
-from raysgd.timers import TimerCollection, TimerStat
-from raysgd.watch import check_for_failure
+from raysgd.driver.report import pretty_print
+from raysgd.driver.watch import check_for_failure
+from raysgd.worker.batches import move_to_device
+from raysgd.worker.metrics import BATCH_COUNT, NUM_SAMPLES, AverageMeter, AverageMeterCollection
+from raysgd.worker.timers import TimerCollection, TimerStat
 
 
 def override(interface_class):

@@ -26,7 +26,7 @@ def ray_session():
 @pytest.fixture
 def ray_cpus(ray_session):
     """Fails a test that leaks workers: all 4 CPUs must come back after it, except those
-    idle warm workers keep reserved for the next trainer (raysgd.pool)."""
+    idle warm workers keep reserved for the next trainer (raysgd.driver.pool)."""
     yield ray_session
     import time
 

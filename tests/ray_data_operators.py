@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from raysgd import TrainingOperator
-from raysgd.metrics import NUM_SAMPLES
+from raysgd.worker.metrics import NUM_SAMPLES
 
 
 class IdOperator(TrainingOperator):

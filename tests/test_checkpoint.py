@@ -3,8 +3,8 @@ import os
 import pytest
 import torch
 
-from raysgd import checkpoint
 from raysgd.errors import CheckpointError
+from raysgd.state import checkpoint
 
 
 def test_round_trip_and_atomic_write(tmp_path):

@@ -1,9 +1,9 @@
 import pytest
 
 from raysgd.config import BatchSplit, WorkerSettings, check_num_workers, resolve_backend
-from raysgd.distributed import local_ranks
+from raysgd.driver.failures import primary_failure
 from raysgd.errors import ConfigError, RankFailure, WorkerFailedError
-from raysgd.failures import primary_failure
+from raysgd.worker.distributed import local_ranks
 
 
 @pytest.mark.parametrize("kwargs, fragment", [

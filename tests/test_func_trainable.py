@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from raysgd.errors import ConfigError
-from raysgd.func_session import distributed_checkpoint_dir, is_distributed_trainable
+from raysgd.function.session import distributed_checkpoint_dir, is_distributed_trainable
 
 pytestmark = pytest.mark.timeout(300)
 

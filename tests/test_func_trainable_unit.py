@@ -4,9 +4,9 @@ from unittest.mock import patch
 
 import pytest
 
-from raysgd.dirblob import pack_dir, unpack_dir
 from raysgd.errors import ConfigError
-from raysgd.func_session import (FunctionSession, checkpoint_call, current_session,
+from raysgd.state.dirblob import pack_dir, unpack_dir
+from raysgd.function.session import (FunctionSession, checkpoint_call, current_session,
                                  distributed_checkpoint, distributed_checkpoint_dir)
 
 

@@ -2,8 +2,8 @@
 import threading
 import time
 
-from raysgd.commit import CommitAssembler
-from raysgd.handoff import KEEP_COMMITS, CommitHandoff
+from raysgd.state.commit import CommitAssembler
+from raysgd.worker.handoff import KEEP_COMMITS, CommitHandoff
 
 
 def test_without_wait_commits_queue_and_the_oldest_newer_one_is_taken():

@@ -1,4 +1,4 @@
-from raysgd.health import HealthMonitor, WorkerHangError
+from raysgd.driver.health import HealthMonitor, WorkerHangError
 
 
 class Clock:

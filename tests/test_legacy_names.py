@@ -83,22 +83,22 @@ def test_constants_have_the_legacy_values(monkeypatch):
 
 def test_one_implementation_behind_each_legacy_face():
     import raysgd
-    import raysgd.torch
     from raysgd.torch import torch_trainer, training_operator
+    import raysgd.torch
 
     assert raysgd.TorchTrainer is raysgd.torch.TorchTrainer is torch_trainer.TorchTrainer
     assert training_operator.TrainingOperator is raysgd.torch.TrainingOperator
     assert training_operator.CreatorOperator is raysgd.torch.CreatorOperator
     assert raysgd.torch.TorchTrainable is raysgd.torch.BaseTorchTrainable
     assert torch_trainer.BaseTorchTrainable is raysgd.torch.BaseTorchTrainable
-    import raysgd.func_session
-    import raysgd.func_trainable
+    import raysgd.function.session
+    import raysgd.function.trainable
     from raysgd.torch import func_trainable
 
     assert raysgd.torch.DistributedTrainableCreator is func_trainable.DistributedTrainableCreator \
-        is raysgd.func_trainable.DistributedTrainableCreator
-    assert raysgd.torch.distributed_checkpoint_dir is raysgd.func_session.distributed_checkpoint_dir
-    assert raysgd.torch.is_distributed_trainable is raysgd.func_session.is_distributed_trainable
+        is raysgd.function.trainable.DistributedTrainableCreator
+    assert raysgd.torch.distributed_checkpoint_dir is raysgd.function.session.distributed_checkpoint_dir
+    assert raysgd.torch.is_distributed_trainable is raysgd.function.session.is_distributed_trainable
 
 
 def test_lightning_operator_face():

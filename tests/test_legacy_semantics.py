@@ -7,7 +7,7 @@ import torch
 
 from operators_for_tests import KeywordEpochOperator, LinearOperator, RaisingOperator
 from raysgd import TorchTrainer
-from raysgd.checkpoint import load as load_checkpoint
+from raysgd.state.checkpoint import load as load_checkpoint
 from raysgd.torch.constants import NUM_STEPS, SCHEDULER_STEP, USE_FP16
 from raysgd.utils import BATCH_SIZE
 

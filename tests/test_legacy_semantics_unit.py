@@ -1,5 +1,5 @@
 """Ray 1.12's call semantics, checked without Ray: the runner in-process at world size 1,
-the trainer with a fake worker group, and the pure pieces (``raysgd.hooks``)."""
+the trainer with a fake worker group, and the pure pieces (``raysgd.worker.hooks``)."""
 import pytest
 import torch
 from torch import nn
@@ -8,11 +8,11 @@ from torch.utils.data import DataLoader
 from operators_for_tests import LinearOperator
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import ConfigError
-from raysgd.hooks import accepted_keywords, call_info
-from raysgd.runner import WorkerRunner
 from raysgd.torch.constants import NUM_STEPS, SCHEDULER_STEP, USE_FP16
 from raysgd.torch.training_operator import TrainingOperator, get_test_operator
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker.hooks import accepted_keywords, call_info
+from raysgd.worker.runner import WorkerRunner
 
 
 def make_runner(cls, config=None, **settings):

@@ -16,8 +16,8 @@ pl = pytest.importorskip("pytorch_lightning",
 from raysgd.config import RankInfo, WorkerSettings  # noqa: E402
 from raysgd.errors import ConfigError  # noqa: E402
 from raysgd.lightning.errors import TrainerAttributeError  # noqa: E402
-from raysgd.runner import WorkerRunner  # noqa: E402
 from raysgd.torch import TrainingOperator  # noqa: E402
+from raysgd.worker.runner import WorkerRunner  # noqa: E402
 
 
 def data(n=64, seed=0):

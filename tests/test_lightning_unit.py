@@ -19,8 +19,8 @@ from raysgd.lightning.logs import Logged, LogCollector, LoggedMeters  # noqa: E4
 from raysgd.lightning.optim_config import SchedulerSpec, parse_optimizers  # noqa: E402
 from raysgd.lightning.schedules import SchedulerStepper  # noqa: E402
 from raysgd.lightning.trainer_stub import TrainerStub  # noqa: E402
-from raysgd.runner import WorkerRunner  # noqa: E402
 from raysgd.torch import TrainingOperator  # noqa: E402
+from raysgd.worker.runner import WorkerRunner  # noqa: E402
 
 
 def sgd(lr=0.1):

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from raysgd.metrics import AverageMeter, AverageMeterCollection, reduce_worker_results
-from raysgd.timers import NULL_TIMERS, TimerCollection
+from raysgd.worker.metrics import AverageMeter, AverageMeterCollection, reduce_worker_results
+from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
 def test_average_meter_weights_by_n():

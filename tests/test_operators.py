@@ -8,8 +8,8 @@ from operators import ClassificationOperator, GANOperator, RegressionOperator
 from operators.classification import topk_accuracy
 from raysgd import ConfigError, TorchTrainer
 from raysgd.config import RankInfo, WorkerSettings
-from raysgd.runner import WorkerRunner
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker.runner import WorkerRunner
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from raysgd import func_session, precision
 from raysgd.config import WarmSettings
+from raysgd.driver.pool import Crew, WorkerPool
 from raysgd.errors import ConfigError
-from raysgd.pool import Crew, WorkerPool
-from raysgd.process_state import Baseline
+from raysgd.function import session as func_session
+from raysgd.worker import precision
+from raysgd.worker.process_state import Baseline
 
 
 class Clock:
@@ -142,7 +143,7 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan", "soon"])
 def test_a_bad_idle_timeout_is_refused_with_the_fix(monkeypatch, value):
-    from raysgd.pool import idle_timeout_s
+    from raysgd.driver.pool import idle_timeout_s
 
     monkeypatch.setenv("RAYSGD_IDLE_WORKER_TIMEOUT_S", value)
     with pytest.raises(ConfigError, match="RAYSGD_IDLE_WORKER_TIMEOUT_S"):
@@ -150,7 +151,7 @@ def test_a_bad_idle_timeout_is_refused_with_the_fix(monkeypatch, value):
 
 
 def test_the_code_stamp_changes_when_the_operator_module_is_edited(tmp_path, monkeypatch):
-    from raysgd.warm import code_stamp
+    from raysgd.driver.warm import code_stamp
 
     (tmp_path / "edited_operator_module.py").write_text("class Op:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -6,12 +6,13 @@ import torch
 from torch import nn
 
 from operators_for_tests import ConvOperator, LinearOperator, PrecisionGANOperator
-from raysgd import TorchTrainer, precision
+from raysgd import TorchTrainer
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import ConfigError
-from raysgd.batches import split_batch
-from raysgd.runner import WorkerRunner
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker import precision
+from raysgd.worker.batches import split_batch
+from raysgd.worker.runner import WorkerRunner
 
 
 def make_runner(cls, config=None, **settings):

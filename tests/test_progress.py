@@ -11,11 +11,11 @@ import pytest
 from operators_for_tests import LegacyEpochOperator, LinearOperator
 from raysgd import TorchTrainer
 from raysgd.config import RankInfo, WorkerSettings
+from raysgd.driver.progress import NULL_PROGRESS, ProgressBar, make_progress
 from raysgd.errors import ConfigError
-from raysgd.progress import BatchEvents
-from raysgd.progress_bar import NULL_PROGRESS, ProgressBar, make_progress
-from raysgd.runner import WorkerRunner
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker.progress import BatchEvents
+from raysgd.worker.runner import WorkerRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

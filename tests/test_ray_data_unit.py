@@ -6,8 +6,8 @@ import torch
 from raysgd import ConfigError, DatasetConfig
 from raysgd.data import Dataset as LegacyDataset
 from raysgd.data.dataset import LegacyBatch
-from raysgd.dataset_config import check_dataset, check_datasets
-from raysgd.passes import Passes
+from raysgd.data.dataset_config import check_dataset, check_datasets
+from raysgd.worker.passes import Passes
 
 
 def test_dataset_config_builds_feature_and_label_tuples():

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
+from raysgd.driver.recovery import FailureConfig, RecoveryPolicy
 from raysgd.errors import ConfigError
-from raysgd.recovery import FailureConfig, RecoveryPolicy
 
 
 class FakeClock:

@@ -13,9 +13,9 @@ from torch import nn
 
 from operators_for_tests import LinearOperator
 from raysgd import TorchTrainer
-from raysgd.checkpoint_dir import BEST, INDEX
 from raysgd.errors import CheckpointError
 from raysgd.loggers import CSVLogger, Logger, TensorBoardLogger
+from raysgd.state.checkpoint_dir import BEST, INDEX
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 SHUFFLED = {"shuffle": True, "data_size": 320, "lr": 5e-2}

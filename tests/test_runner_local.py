@@ -7,10 +7,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from operators_for_tests import GANOperator, LegacyEpochOperator, LinearOperator, NoRegisterOperator
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
-from raysgd.runner import WorkerRunner
 from raysgd.torch import TrainingOperator
 from raysgd.torch.examples import train_example
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker.runner import WorkerRunner
 
 
 def make_runner(cls, config=None, **settings):

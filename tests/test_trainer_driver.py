@@ -50,7 +50,7 @@ class FakeWorkerGroup:
         return obj
 
     def execute_pair(self, method, *args, watch=None):
-        from raysgd.commit import Commit
+        from raysgd.state.commit import Commit
 
         if method == "train_and_commit":
             metrics = self.execute("train_epoch", *args)
@@ -307,7 +307,7 @@ def test_enumerated_arguments_are_checked_before_ray_starts(kwargs, monkeypatch)
 
 
 def test_num_gpus_per_worker_shapes_the_bundle_and_is_checked_against_the_cluster(monkeypatch):
-    from raysgd.worker_group import WorkerGroup
+    from raysgd.driver.worker_group import WorkerGroup
 
     monkeypatch.setattr(FakeWorkerGroup, "cluster_gpus", staticmethod(lambda: 4.0))
     trainer = TorchTrainer(LinearOperator, num_workers=2, use_gpu=True, num_gpus_per_worker=2,
@@ -328,7 +328,7 @@ def test_num_gpus_per_worker_shapes_the_bundle_and_is_checked_against_the_cluste
 
 def test_num_workers_per_host_reserves_one_bundle_per_host():
     from raysgd.config import WorkerSettings
-    from raysgd.worker_group import WorkerGroup
+    from raysgd.driver.worker_group import WorkerGroup
 
     group = WorkerGroup(LinearOperator, lambda rank: {}, WorkerSettings(), 5, workers_per_host=2)
     assert group._bundles() == [{"CPU": 2.0}] * 3  # the last host holds one worker

@@ -15,7 +15,7 @@ import time
 from typing import Any, Dict
 
 from raysgd import TorchTrainer
-from raysgd.run_recorder import NullCheckpointer
+from raysgd.driver.run_recorder import NullCheckpointer
 from raysgd.utils import BATCH_SIZE
 
 from bench.disk.operators import DigitsBenchOperator

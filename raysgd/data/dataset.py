@@ -5,7 +5,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from raysgd.dataset_config import DatasetConfig
+from raysgd.data.dataset_config import DatasetConfig
 from raysgd.errors import ConfigError
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 import torch
 
-from raysgd.metrics import AverageMeter, AverageMeterCollection
+from raysgd.worker.metrics import AverageMeter, AverageMeterCollection
 
 
 def is_metric_object(value: Any) -> bool:

@@ -23,8 +23,8 @@ from raysgd.lightning.optim_config import SchedulerSpec, parse_optimizers
 from raysgd.lightning.schedules import SchedulerStepper
 from raysgd.lightning.session import ModuleSession
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
-from raysgd.metrics import BATCH_COUNT, NUM_SAMPLES, is_number
 from raysgd.operator import TrainingOperator
+from raysgd.worker.metrics import BATCH_COUNT, NUM_SAMPLES, is_number
 
 
 class LightningOperator(TrainingOperator):

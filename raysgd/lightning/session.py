@@ -29,7 +29,7 @@ from raysgd.lightning import ddp
 from raysgd.lightning.logs import LogCollector
 from raysgd.lightning.trainer_stub import TrainerStub
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
-from raysgd.precision import Precision
+from raysgd.worker.precision import Precision
 
 INTERCEPTED = ("log", "log_dict", "optimizers", "lr_schedulers", "manual_backward",
                "clip_gradients", "all_gather")

@@ -15,7 +15,7 @@ import torch
 
 from raysgd.errors import ConfigError
 from raysgd.lightning.logs import to_float
-from raysgd.metrics import NUM_SAMPLES
+from raysgd.worker.metrics import NUM_SAMPLES
 
 
 def transfer(module: Any, batch: Any, device: torch.device) -> Any:

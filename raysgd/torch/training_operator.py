@@ -9,8 +9,8 @@ legacy guard ``if amp: ...`` keeps working; raysgd's own mixed precision is
 from __future__ import annotations
 
 from raysgd.creator_operator import CreatorOperator
-from raysgd.metrics import NUM_SAMPLES
 from raysgd.operator import TrainingOperator
+from raysgd.worker.metrics import NUM_SAMPLES
 
 try:
     from apex import amp  # type: ignore[import-not-found]

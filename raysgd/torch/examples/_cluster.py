@@ -7,7 +7,7 @@ import argparse
 import importlib
 from typing import Any, Callable, Optional
 
-from raysgd.placement import driver_is_ray_client as client_connected
+from raysgd.driver.placement import driver_is_ray_client as client_connected
 
 
 def on_cluster(fn: Callable, *args: Any, **kwargs: Any) -> Any:

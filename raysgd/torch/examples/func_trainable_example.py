@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from raysgd.func_session import distributed_checkpoint_dir, is_distributed_trainable
+from raysgd.function.session import distributed_checkpoint_dir, is_distributed_trainable
 from raysgd.torch.examples._cluster import add_cluster_flags, init_ray
 from raysgd.torch.examples.digits import DigitsNet, digits_datasets
 
@@ -108,7 +108,7 @@ def main(argv=None) -> Dict[str, Any]:
     """``python examples/func_trainable.py [--smoke-test] [--num-workers N] [--address auto]``"""
     from ray import tune
 
-    from raysgd.func_trainable import DistributedTrainableCreator
+    from raysgd.function.trainable import DistributedTrainableCreator
 
     parser = argparse.ArgumentParser(description="A DDP training function under Ray Tune.")
     parser.add_argument("--smoke-test", action="store_true", help="2 trials of 2 epochs")

@@ -15,20 +15,20 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from raysgd import distributed, rng
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.constants import BATCH_SIZE
-from raysgd.dataset_config import is_ray_dataset
+from raysgd.data.dataset_config import is_ray_dataset
+from raysgd.data.shards import shard_loaders
 from raysgd.errors import CheckpointError, ConfigError
-from raysgd.handoff import CommitHandoff
-from raysgd.hooks import EpochCaller, call_info
 from raysgd.operator import OperatorContext, TrainingOperator
-from raysgd.packing import pack_tensors, unpack_tensors
-from raysgd.passes import Passes
-from raysgd.progress import BatchEvents
-from raysgd.precision import create_precision
-from raysgd.shards import shard_loaders
-from raysgd.timers import NULL_TIMERS, TimerCollection
+from raysgd.state.packing import pack_tensors, unpack_tensors
+from raysgd.worker import distributed, rng
+from raysgd.worker.handoff import CommitHandoff
+from raysgd.worker.hooks import EpochCaller, call_info
+from raysgd.worker.passes import Passes
+from raysgd.worker.precision import create_precision
+from raysgd.worker.progress import BatchEvents
+from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -80,7 +80,7 @@ class WorkerRunner:
         self._val_passes: Optional[Passes] = None
         self._train_epoch: Optional[EpochCaller] = None
         self.commit_every = commit_every
-        # In-epoch commits on their way to the driver (see raysgd.handoff).
+        # In-epoch commits on their way to the driver (see raysgd.worker.handoff).
         self._handoff = CommitHandoff(commit_wait_s)
         self._call_done_base = 0
         self._last_progress = time.monotonic()

@@ -3,10 +3,10 @@
 Part of the worker group's Ray boundary. Every ``tick`` it collects the
 answers to the previous health checks and asks again, and raises
 :class:`WorkerHangError` when a rank stalls. With commits on, it keeps one
-standing ``next_commit`` request per remote rank (see :mod:`raysgd.handoff`);
+standing ``next_commit`` request per remote rank (see :mod:`raysgd.worker.handoff`);
 the driver wakes as soon as one is answered, and a commit moves forward once
 every rank handed over the same step. The same progress reports feed the
-driver's progress bar (see :mod:`raysgd.progress`). Also the legacy
+driver's progress bar (see :mod:`raysgd.driver.progress`). Also the legacy
 ``check_for_failure``.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import ray
 from ray.exceptions import RayActorError, RayError
 
-from raysgd.commit import Commit, CommitAssembler
-from raysgd.health import HealthMonitor
+from raysgd.driver.health import HealthMonitor
+from raysgd.state.commit import Commit, CommitAssembler
 
 logger = logging.getLogger("raysgd")
 

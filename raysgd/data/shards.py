@@ -4,7 +4,7 @@ Each ``iter()`` is one pass: it asks the split's coordinator for a new epoch,
 which waits until every rank asks too, so all ranks start passes together.
 The order rows arrive in is decided by the stream, so a pass cannot be
 replayed to a batch position: ``replayable`` is False and a restore restarts
-the interrupted pass (see :mod:`raysgd.passes`).
+the interrupted pass (see :mod:`raysgd.worker.passes`).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from raysgd.batches import move_to_device
-from raysgd.dataset_config import DatasetConfig
+from raysgd.data.dataset_config import DatasetConfig
+from raysgd.worker.batches import move_to_device
 
 
 class ShardLoader:

@@ -4,7 +4,7 @@ thread and hands its reports to the driver one at a time.
 The function runs in lockstep with the driver, as Ray 1.x's function trainables did:
 ``report()`` returns only when the driver asks for the next result, so every rank is
 paused between Tune iterations and no rank runs ahead of the trial. Nothing here
-imports Ray; :mod:`raysgd.func_hooks` plugs this session into ``tune.report`` /
+imports Ray; :mod:`raysgd.function.hooks` plugs this session into ``tune.report`` /
 ``ray.train.report``.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import torch
 
 from raysgd.errors import ConfigError
-from raysgd.process_state import on_restore
+from raysgd.worker.process_state import on_restore
 
 _active: Optional["FunctionSession"] = None  # the session of this process, if any
 

@@ -30,7 +30,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import torch
 
 from raysgd.errors import ConfigError
-from raysgd.process_state import on_restore
+from raysgd.worker.process_state import on_restore
 
 
 class Precision:

@@ -1,5 +1,5 @@
 """Routes ``ray.tune.report`` / ``ray.train.report`` (and ``get_checkpoint``) inside a
-function trainable's workers to its :class:`~raysgd.func_session.FunctionSession`.
+function trainable's workers to its :class:`~raysgd.function.session.FunctionSession`.
 
 Both APIs look their session up in a process-wide slot that Ray fills for its own
 workers: Tune's in ``ray.train._internal.session._session``, Ray Train 2's through
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional
 
-from raysgd.func_session import FunctionSession
+from raysgd.function.session import FunctionSession
 
 logger = logging.getLogger("raysgd")
 

@@ -7,7 +7,7 @@ commit thread) has taken it. That wait is what bounds lost work: a rank never
 trains past a commit the driver does not hold, so a failure costs at most
 one commit interval plus the step in flight. It costs a thread wake-up per
 commit when the driver is polling, and at most ``wait_s`` when it is not.
-On the driver, :class:`raysgd.commit.CommitAssembler` puts the ranks' parts
+On the driver, :class:`raysgd.state.commit.CommitAssembler` puts the ranks' parts
 together.
 """
 from __future__ import annotations

@@ -7,12 +7,12 @@ Layout::
         best.pt                # the best by checkpoint_score_attr, when asked for
         index.json             # which file is latest, with step/epoch/operator per file
 
-Every file is written atomically (see :func:`raysgd.checkpoint.write_atomic`)
+Every file is written atomically (see :func:`raysgd.state.checkpoint.write_atomic`)
 and the index is replaced only after the file it names is complete, so a
 crash at any moment leaves a readable latest checkpoint. Writers (threads or
 processes) serialize on an ``flock`` of ``.lock``, so concurrent writes never
 lose an index entry or delete a file another writer just listed. Pure file
-logic: no Ray, no torch beyond :mod:`raysgd.checkpoint`.
+logic: no Ray, no torch beyond :mod:`raysgd.state.checkpoint`.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from raysgd import checkpoint as checkpoint_io
 from raysgd.errors import CheckpointError
+from raysgd.state import checkpoint as checkpoint_io
 
 logger = logging.getLogger("raysgd")
 

@@ -1,6 +1,6 @@
 """What a worker process looked like before any trainer used it; no Ray here.
 
-A pooled worker serves one trainer after another (``raysgd.pool``). Between
+A pooled worker serves one trainer after another (``raysgd.driver.pool``). Between
 trainers the process state a trainer commonly changes goes back to how the
 process started: environment variables (an ``initialization_hook`` often sets
 some), the working directory, ``sys.path``, torch's global switches (default

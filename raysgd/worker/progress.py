@@ -1,5 +1,5 @@
 """Progress of a train/validate call, counted on a worker (drawn on the driver by
-:mod:`raysgd.progress_bar`).
+:mod:`raysgd.driver.progress`).
 
 :class:`BatchEvents`: the runner opens a call with its length,
 the loops count each batch (and the default loops its metrics and samples).

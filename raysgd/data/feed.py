@@ -19,7 +19,7 @@ import ray
 import ray.data
 from ray.data.collate_fn import CollateFn, NumpyBatchCollateFn
 
-from raysgd.dataset_config import DatasetConfig, check_dataset, is_ray_dataset
+from raysgd.data.dataset_config import DatasetConfig, check_dataset, is_ray_dataset
 
 logger = logging.getLogger("raysgd")
 

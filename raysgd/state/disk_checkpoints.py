@@ -23,11 +23,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from raysgd import checkpoint as checkpoint_io
-from raysgd.checkpoint_dir import RUN_KEY, CheckpointDirectory
 from raysgd.errors import CheckpointError, ConfigError
-from raysgd.commit import Commit
-from raysgd.packing import pack_tensors, unpack_tensors
+from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state.checkpoint_dir import RUN_KEY, CheckpointDirectory
+from raysgd.state.commit import Commit
+from raysgd.state.packing import pack_tensors, unpack_tensors
 
 logger = logging.getLogger("raysgd")
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from raysgd import distributed
 from raysgd.config import check_num_steps
 from raysgd.errors import ConfigError
+from raysgd.worker import distributed
 
 
 _END = object()

@@ -1,5 +1,5 @@
 """Progress bars of train/validate calls, drawn on the driver from the counters the
-workers keep (:class:`raysgd.progress.BatchEvents`) and the health polls carry back.
+workers keep (:class:`raysgd.worker.progress.BatchEvents`) and the health polls carry back.
 
 :func:`make_progress` turns the ``use_tqdm`` setting into a factory once:
 :class:`ProgressBar` (a tqdm bar per call, fed by rank 0's counts and every rank's
@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Dict, Mapping, Optional, TextIO
 
 from raysgd.errors import ConfigError
-from raysgd.progress import is_number
+from raysgd.worker.progress import is_number
 
 MAX_SHOWN_METRICS = 3
 

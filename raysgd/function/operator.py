@@ -1,7 +1,7 @@
 """``FunctionOperator``: the operator a function trainable's workers run.
 
 The worker group, placement, process group and recovery are the same as for any
-operator; the operator just hosts the user's function (:mod:`raysgd.func_session`)
+operator; the operator just hosts the user's function (:mod:`raysgd.function.session`)
 instead of registering models. A function owns its training state, so a commit holds
 nothing of it: after a worker failure the restarted workers run the function again
 from the trial's last checkpoint, which every ``next_result`` call carries.
@@ -16,10 +16,11 @@ from typing import Any, Callable, Dict, Optional
 
 import torch.distributed as dist
 
-from raysgd import distributed, func_hooks
-from raysgd.dirblob import pack_dir, unpack_dir
-from raysgd.func_session import FunctionSession
+from raysgd.function import hooks as func_hooks
+from raysgd.function.session import FunctionSession
 from raysgd.operator import TrainingOperator
+from raysgd.state.dirblob import pack_dir, unpack_dir
+from raysgd.worker import distributed
 
 
 class FunctionOperator(TrainingOperator):

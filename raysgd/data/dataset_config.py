@@ -1,7 +1,7 @@
 """How Ray Data batches become the operator's batches, and checks of dataset inputs. No Ray here.
 
 ``DatasetConfig`` is frozen and checked on the driver. A worker applies it to
-each dict batch that ``iter_torch_batches`` yields (see :mod:`raysgd.shards`).
+each dict batch that ``iter_torch_batches`` yields (see :mod:`raysgd.data.shards`).
 """
 from __future__ import annotations
 

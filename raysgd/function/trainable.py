@@ -2,7 +2,7 @@
 
 ``DistributedTrainableCreator(func, num_workers=2)`` returns a Tune ``Trainable``
 class. Each trial starts a :class:`~raysgd.trainer.TorchTrainer` whose operator is
-:class:`~raysgd.func_operator.FunctionOperator`, so workers are placed, joined into a
+:class:`~raysgd.function.operator.FunctionOperator`, so workers are placed, joined into a
 process group and recovered exactly as for operator-style training. A Tune iteration
 is one report of the function (``tune.report`` / ``ray.train.report``); rank 0's
 metrics are the trial's, as in Ray 1.x.
@@ -22,11 +22,11 @@ from ray.util import get_current_placement_group
 
 from raysgd.config import check_num_gpus_per_worker, check_num_workers, check_workers_per_host
 from raysgd.constants import NCCL_TIMEOUT_S
-from raysgd.dirblob import pack_dir, unpack_dir
+from raysgd.driver.placement import Reservation, host_bundles
 from raysgd.errors import ConfigError
-from raysgd.func_operator import FunctionOperator
-from raysgd.func_session import checkpoint_call
-from raysgd.placement import Reservation, host_bundles
+from raysgd.function.operator import FunctionOperator
+from raysgd.function.session import checkpoint_call
+from raysgd.state.dirblob import pack_dir, unpack_dir
 from raysgd.trainer import TorchTrainer
 
 logger = logging.getLogger("raysgd")

@@ -5,7 +5,7 @@ rank in parallel (plus, with ``use_local``, rank 0 in the driver), sets up the
 process group with rank 0's node as the rendezvous, and fans calls out
 (``fanout.FanOut``: failures become typed errors).
 
-Processes stay warm (``raysgd.pool``): a group takes an idle crew of the same
+Processes stay warm (``raysgd.driver.pool``): a group takes an idle crew of the same
 shape instead of starting actors, and hands its own to the pool when it stops
 cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
 dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
@@ -24,19 +24,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from raysgd import placement
-from raysgd import warm as warm_processes
-from raysgd.actor import COMMIT_WAIT_S
 from raysgd.config import RankInfo, WarmSettings, WorkerSettings
-from raysgd.data_feed import DataFeed, GroupShards, log_restart
-from raysgd.distributed import local_ranks
+from raysgd.data.feed import DataFeed, GroupShards, log_restart
+from raysgd.driver import placement
+from raysgd.driver import warm as warm_processes
+from raysgd.driver.fanout import FanOut
+from raysgd.driver.health import HealthMonitor
+from raysgd.driver.pool import POOL, Crew
+from raysgd.driver.watch import CallWatch, pull_to_driver
 from raysgd.errors import ResourcesUnavailableError
-from raysgd.fanout import FanOut
-from raysgd.commit import Commit
-from raysgd.health import HealthMonitor
-from raysgd.pool import POOL, Crew
-from raysgd.runner import WorkerRunner
-from raysgd.watch import CallWatch, pull_to_driver
+from raysgd.state.commit import Commit
+from raysgd.worker.actor import COMMIT_WAIT_S
+from raysgd.worker.distributed import local_ranks
+from raysgd.worker.runner import WorkerRunner
 
 logger = logging.getLogger("raysgd")
 

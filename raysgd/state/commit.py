@@ -1,7 +1,7 @@
 """The unit of rollback, :class:`Commit`, and how the driver assembles one from the
 ranks' parts (:class:`CommitAssembler`); pure data, no Ray.
 
-A worker hands its parts over through :class:`raysgd.handoff.CommitHandoff`;
+A worker hands its parts over through :class:`raysgd.worker.handoff.CommitHandoff`;
 ranks hand them over one by one, and a commit exists once every rank handed over
 the same step.
 """

@@ -26,9 +26,9 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
-from raysgd.commit import Commit
-from raysgd.progress_bar import NULL_PROGRESS
-from raysgd.recovery import Decision, RecoveryPolicy
+from raysgd.driver.progress import NULL_PROGRESS
+from raysgd.driver.recovery import Decision, RecoveryPolicy
+from raysgd.state.commit import Commit
 
 logger = logging.getLogger("raysgd")
 

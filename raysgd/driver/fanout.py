@@ -1,6 +1,6 @@
 """Calls fanned out to every rank, and their outcomes gathered into results or one error.
 
-The calling half of :class:`raysgd.worker_group.WorkerGroup` (which mixes this
+The calling half of :class:`raysgd.driver.worker_group.WorkerGroup` (which mixes this
 in and owns ``actors``, ``local_runner`` and ``use_local``). After the first
 failure the other ranks get ``FAILURE_GRACE_S`` to report, and every live
 actor's control thread is probed, because death notices can lag behind the
@@ -16,9 +16,9 @@ from typing import Any, Callable, List, Optional, Sequence
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from raysgd.driver.failures import primary_failure
+from raysgd.driver.watch import CallWatch
 from raysgd.errors import RankFailure
-from raysgd.failures import primary_failure
-from raysgd.watch import CallWatch
 
 # Seconds to keep collecting other ranks' errors after the first one arrives,
 # so a report names the dead rank *and* the survivors it broke.

@@ -1,6 +1,6 @@
 """Warm worker processes on Ray: where a worker lives, idle crews, spares.
 
-The Ray side of :mod:`raysgd.pool` (which only keeps the books); the worker
+The Ray side of :mod:`raysgd.driver.pool` (which only keeps the books); the worker
 group calls these to create, adopt and stop actors.
 
 Where a worker process lives decides whether it can outlive its trainer:
@@ -27,10 +27,10 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
                                             PlacementGroupSchedulingStrategy)
 
-from raysgd import placement
-from raysgd.actor import RemoteWorker
 from raysgd.config import WorkerSettings
-from raysgd.pool import POOL, Crew
+from raysgd.driver import placement
+from raysgd.driver.pool import POOL, Crew
+from raysgd.worker.actor import RemoteWorker
 
 logger = logging.getLogger("raysgd")
 

@@ -7,8 +7,8 @@ from typing import Any, Callable, Dict, Optional
 
 import ray
 
-from raysgd.process_state import Baseline
-from raysgd.runner import WorkerRunner
+from raysgd.worker.process_state import Baseline
+from raysgd.worker.runner import WorkerRunner
 
 # How long a remote rank waits at a commit for the driver to take it before
 # training on regardless (it only waits that long if the driver stopped asking).
