@@ -2,10 +2,10 @@
 
 Legacy scripts run after replacing ``ray.util.sgd`` with ``raysgd`` in imports.
 """
-from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesUnavailableError,
-                           TrainerShutdownError, WorkerFailedError)
 from raysgd.data.dataset_config import DatasetConfig
 from raysgd.driver.warm import idle_workers, release_idle_workers
+from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesUnavailableError,
+                           TrainerShutdownError, WorkerFailedError)
 from raysgd.operator import TrainingOperator
 from raysgd.trainer import TorchTrainer
 

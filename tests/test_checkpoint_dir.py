@@ -8,13 +8,13 @@ import threading
 import pytest
 import torch
 
-from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
-from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, to_checkpoint,
-                                     to_snapshots)
 from raysgd.driver.run_recorder import DiskSettings, log_record
 from raysgd.errors import CheckpointError, ConfigError
+from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
 from raysgd.state.commit import Commit
+from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, to_checkpoint,
+                                     to_snapshots)
 from raysgd.state.packing import pack_tensors
 
 

@@ -5,9 +5,9 @@ from unittest.mock import patch
 import pytest
 
 from raysgd.errors import ConfigError
-from raysgd.state.dirblob import pack_dir, unpack_dir
 from raysgd.function.session import (FunctionSession, checkpoint_call, current_session,
                                  distributed_checkpoint, distributed_checkpoint_dir)
+from raysgd.state.dirblob import pack_dir, unpack_dir
 
 
 def keyword_dir(config, *, checkpoint_dir=None):

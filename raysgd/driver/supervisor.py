@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
-from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
-                           WorkerFailedError)
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
+from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
+                           WorkerFailedError)
 from raysgd.state.commit import Commit
 
 logger = logging.getLogger("raysgd")
