@@ -10,8 +10,6 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from raysgd.driver import placement
-from raysgd.state import checkpoint as checkpoint_io
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, WorkerSettings,
                            check_choices, check_commit_every, check_max_retries,
                            check_num_gpus_per_worker,
@@ -21,16 +19,19 @@ from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, Worke
 from raysgd.constants import BATCH_SIZE
 from raysgd.data.dataset_config import DatasetConfig, check_dataset_config, check_datasets
 from raysgd.data.feed import DataFeed
+from raysgd.driver import placement
 from raysgd.driver.operator_args import resolve_operator
 from raysgd.driver.pool import idle_timeout_s
 from raysgd.driver.progress import make_progress
-from raysgd.driver.recovery import FailureConfig, RecoveryPolicy
+from raysgd.driver.recovery import RecoveryPolicy
 from raysgd.driver.run_recorder import DiskSettings, ResumePoint, RunRecorder
 from raysgd.driver.supervisor import Supervisor
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.driver.worker_group import WorkerGroup
 from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.operator import TrainingOperator
+from raysgd.recovery import FailureConfig
+from raysgd.state import checkpoint as checkpoint_io
 from raysgd.worker.metrics import reduce_worker_results
 
 logger = logging.getLogger("raysgd")

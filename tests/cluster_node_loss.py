@@ -18,7 +18,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from operators_for_tests import FaultyOperator  # noqa: E402
 from raysgd import TorchTrainer  # noqa: E402
-from raysgd.driver.recovery import FailureConfig  # noqa: E402
+from raysgd.recovery import FailureConfig  # noqa: E402
 from raysgd.utils import BATCH_SIZE  # noqa: E402
 
 

@@ -3,8 +3,9 @@ import random
 
 import pytest
 
-from raysgd.driver.recovery import FailureConfig, RecoveryPolicy
+from raysgd.driver.recovery import RecoveryPolicy
 from raysgd.errors import ConfigError
+from raysgd.recovery import FailureConfig
 
 
 class FakeClock:
