@@ -27,6 +27,7 @@ from raysgd.packing import pack_tensors, unpack_tensors
 from raysgd.passes import Passes
 from raysgd.progress import BatchEvents
 from raysgd.precision import create_precision
+from raysgd.returns import call_metrics
 from raysgd.shards import shard_loaders
 from raysgd.timers import NULL_TIMERS, TimerCollection
 
@@ -153,9 +154,10 @@ class WorkerRunner:
         info = call_info(info, num_steps, epoch_idx, self.settings)
         iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
         self.events.begin("train", _length(iterator, self._call_done_base), self._call_done_base)
-        metrics = self._train_epoch(iterator, info, num_steps, epoch_idx)
+        metrics = call_metrics(self._train_epoch(iterator, info, num_steps, epoch_idx), operator,
+                               "train_epoch")
         self._note_first_step(iterator.done)
-        result = {"epoch": self._passes.epoch, **(metrics or {})}
+        result = {"epoch": self._passes.epoch, **metrics}
         if profile:
             result["profile"] = {**operator.timers.stats(),
                                  "train_epoch_s": time.perf_counter() - start}
@@ -181,7 +183,7 @@ class WorkerRunner:
         # taken after train() is still exact after validate().
         rng_before = rng.get_state()
         try:
-            result = dict(operator.validate(iterator, info) or {})
+            result = call_metrics(operator.validate(iterator, info), operator, "validate")
         finally:
             rng.set_state(rng_before)
         if profile:
