@@ -61,7 +61,7 @@ def short_repr(value: Any) -> str:
     """A repr cut to a line (reprlib: big containers are not walked)."""
     try:
         text = _REPR.repr(value)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real message
+    except Exception:  # noqa: BLE001 - reprlib catches a broken __repr__; this is a backstop
         text = f"<{type(value).__name__} object>"
     text = " ".join(text.split())
     return text if len(text) <= 80 else text[:77] + "..."
@@ -144,10 +144,12 @@ def training_step(value: Any, owner: Any, automatic: bool, hook: str = "training
 
 
 # ------------------------------------------------------------ legacy creators
-def _many(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+def _many(check: Callable[[Any], bool], none_ok: bool = False) -> Callable[[Any], bool]:
     def one_or_many(value: Any) -> bool:
+        if value is None:
+            return none_ok
         items = value if isinstance(value, (list, tuple)) else [value]
-        return len(items) > 0 and all(check(item) for item in items)
+        return (none_ok or len(items) > 0) and all(check(item) for item in items)
     return one_or_many
 
 
@@ -180,9 +182,10 @@ CREATORS: Dict[str, tuple] = {
     "model_creator": (_many(lambda value: isinstance(value, nn.Module)), "a torch.nn.Module, or a list/tuple of them"),
     "optimizer_creator": (_many(_has("step", "zero_grad", "state_dict", "load_state_dict")),
                           "a torch.optim.Optimizer instance, or a list/tuple of them"),
-    "scheduler_creator": (_many(_has("step", "state_dict", "load_state_dict")),
+    # Ray 1.12 registered no scheduler for None or [].
+    "scheduler_creator": (_many(_has("step", "state_dict", "load_state_dict"), none_ok=True),
                           "a learning-rate scheduler instance (torch.optim.lr_scheduler), "
-                          "or a list/tuple of them"),
+                          "a list/tuple of them, or None"),
     "loss_creator": (_is_loss, "a loss instance such as nn.MSELoss() (not the class), or a "
                                "function (output, target) -> loss"),
     "data_creator": (_is_loaders, "a train loader, or (train_loader, validation_loader) "
