@@ -141,6 +141,10 @@ class BaseTorchTrainable(tune.Trainable):
         """The trial's trainer (Ray 1.12's hook: a direct subclass may override it)."""
         kwargs = dict(self._trainer_kwargs)
         kwargs.update(self._settings(config))
+        # No spare in a trial unless asked for: Tune retries a failed trial itself
+        # (max_failures), a spare per trial multiplies by the trials running, and a trial's
+        # actors are its placement group's (Ray 1.12's Tune tests count them).
+        kwargs.setdefault("spare_workers", 0)
         # A copy per trial: legacy merged into a dict that every trial shared.
         trainer_config = {**dict(kwargs.pop("config", None) or {}), **config}
         group = get_current_placement_group()
