@@ -7,10 +7,10 @@ further down. Raised inside the call on the worker, it is the user's error like 
 other: the supervisor does not retry it, rolls every rank back to the last commit and
 raises it on the driver, so the trainer stays usable with its state unchanged.
 
-The rules are Ray 1.12's, never stricter: a metrics dict may hold anything (numbers,
-numpy scalars and tensors are averaged, other values are reported as the last one
-seen); only ``num_samples``, which weighs the batch, must be a number. raysgd also
-accepts ``None`` for "no metrics". The per-batch check is a type test and one dict
+The rules take everything Ray 1.12's loops could use and refuse only what would fail
+further down: a metrics dict may hold anything (numbers, numpy scalars and 0-d tensors
+are averaged, other values are reported as the last one seen); only ``num_samples``,
+which weighs the batch, must be a number. raysgd also accepts ``None`` for "no metrics". The per-batch check is a type test and one dict
 lookup; nothing walks the values. No Ray here, and nothing of raysgd's beyond errors,
 metrics and dataset_config.
 """
