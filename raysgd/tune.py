@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any, Callable, Dict, Optional
 
 import ray
@@ -27,6 +28,7 @@ from ray.util import get_current_placement_group
 from raysgd.config import check_workers_per_host
 from raysgd.errors import ConfigError
 from raysgd.placement import Reservation, host_bundles
+from raysgd.returns import name_of, wrong_return
 from raysgd.trainer import TorchTrainer
 
 # Trainer arguments a trial's config may set (they shape the trial's resources).
@@ -161,7 +163,11 @@ class BaseTorchTrainable(tune.Trainable):
 
     def step(self) -> Dict[str, Any]:
         if self._override is not None:
-            return self._override(self.trainer, {"iteration": self.iteration})
+            result = self._override(self.trainer, {"iteration": self.iteration})
+            if not isinstance(result, Mapping):  # Tune would fail on it far from here
+                raise wrong_return(f"override_tune_step {name_of(self._override)}",
+                                   result, "a dict of metrics for Tune, e.g. trainer.train()")
+            return result
         train = self.trainer.train()
         if self.trainer.has_validation_loader():
             return _merge_results(train, self.trainer.validate())
