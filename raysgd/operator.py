@@ -392,9 +392,9 @@ class TrainingOperator:
                                      loss_creator, scheduler_creator, serialize_data_creation)
 
     @classmethod
-    def from_ptl(cls, lightning_module_cls, train_dataloader=None, val_dataloader=None, datamodule=None):
-        """An operator class training a Lightning 2.x ``LightningModule`` (raysgd.lightning)."""
+    def from_ptl(cls, lightning_module_cls, train_dataloader=None, val_dataloader=None, datamodule=None,
+                 *, module_args=(), module_kwargs=None):
+        """A LightningModule class, instance or factory as an operator class: see raysgd.lightning.factory."""
         from raysgd.lightning import make_lightning_operator
-
         return make_lightning_operator(lightning_module_cls, train_dataloader, val_dataloader,
-                                       datamodule)
+                                       datamodule, module_args, module_kwargs)
