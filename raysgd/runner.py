@@ -167,8 +167,9 @@ class WorkerRunner:
     def validate(self, num_steps: Optional[int] = None, profile: bool = False,
                  info: Optional[dict] = None) -> Dict[str, Any]:
         operator = self.operator
-        if operator.validation_loader is None:
-            raise ConfigError("validate() needs a validation loader: call "
+        if operator.validation_loader is None:  # an operator may say why in its own terms
+            raise ConfigError(getattr(operator, "missing_validation_message", None) or
+                              "validate() needs a validation loader: call "
                               "self.register_data(validation_loader=...) in setup().")
         operator.timers = TimerCollection(window_size=None) if profile else NULL_TIMERS
         self._begin_call()

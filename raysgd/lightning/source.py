@@ -13,7 +13,9 @@
   the trained module).
 * **A factory**, any other callable: ``factory(config)`` on every worker, returning a
   LightningModule (for constructor arguments that depend on the trainer's config, e.g.
-  under Tune).
+  under Tune). Like a legacy ``model_creator`` it should build its objects itself: what it
+  closes over is copied to remote workers, but shared with the driver by a
+  ``use_local=True`` rank 0, which runs in the driver's process.
 
 Every argument list is checked against the constructor's signature on the driver,
 before any actor starts; a constructor that still fails under the legacy rule's
