@@ -6,10 +6,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# Lightning 1.x beside the venv's 2.x, for tests/test_lightning_v1.py only (1.8.6: the last
+# release with 1.x's pytorch_lightning.core.lightning module path).
+PTL1 := .venv-ptl1
+PTL1_SPEC ?= pytorch_lightning==1.8.6
+PTL1_STAMP := $(PTL1)/.installed
 
 .PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data clean
 
-install: $(STAMP)
+install: $(STAMP) $(PTL1_STAMP)
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +22,13 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
+
+# No dependencies: the venv's torch, torchmetrics, lightning-utilities and fsspec serve 1.8.6;
+# setuptools<81 brings back the pkg_resources its namespace packages import.
+$(PTL1_STAMP): | $(STAMP)
+	rm -rf $(PTL1)
+	$(PY) -m pip install -q --target $(PTL1) --no-deps "$(PTL1_SPEC)" "setuptools<81"
+	touch $(PTL1_STAMP)
 
 demo: install
 	$(PY) examples/digits_demo.py
@@ -29,7 +41,7 @@ test-fast: install
 
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(PTL1) *.egg-info .pytest_cache
 
 bench: install
 	$(PY) -m bench

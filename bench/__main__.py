@@ -14,7 +14,7 @@ import sys
 
 from bench import catalog
 from bench.launch import REPO_ROOT, common_parser, run_all
-from bench.report import compute_ratios, metadata_block, save, summarize, tables
+from bench.report import compute_ratios, epoch_table, metadata_block, save, summarize, tables
 from bench.workloads import NAMES
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "latest.json")
@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     print(f"\nworkload {args.workload} ({mode}), {repeats} repetition(s); "
           f"memory = {meta['memory_method']}\n")
     print(tables(summaries, ratios))
+    print(epoch_table(runs, first=2) + "\n")
     variants_doc = {v.name: {"label": v.label, "command": v.command(args.workload, mode),
                              "summary": summaries[v.name], "runs": runs[v.name]}
                     for v in variants}

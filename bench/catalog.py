@@ -30,6 +30,8 @@ _V = "bench.variants."
 VARIANTS: Tuple[Variant, ...] = (
     Variant("raysgd_2w", "raysgd TorchTrainer, 2 workers", _V + "raysgd_trainer",
             ("--num-workers", "2")),
+    Variant("raysgd_2w_nospare", "raysgd_2w with spare_workers=0", _V + "raysgd_trainer",
+            ("--num-workers", "2", "--spare-workers", "0")),
     Variant("torchrun_2w", "torchrun DDP (gloo), 2 ranks", _V + "torchrun_ddp",
             torchrun_procs=2),
     Variant("raytrain_2w", "Ray Train TorchTrainer, 2 workers", _V + "ray_train",

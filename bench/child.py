@@ -5,7 +5,7 @@ import argparse
 import json
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -41,7 +41,9 @@ class Figures:
         self.t0 = launch_time() if t0 is None else t0
         self.first_step_s: Optional[float] = None
         self._steady_start: Optional[float] = None
+        self._last_epoch: Optional[float] = None
         self.steady_samples_per_s: Optional[float] = None
+        self.epoch_s: List[float] = []  # each steady epoch's seconds, where the variant says
 
     def step_done(self) -> None:
         """Call after every completed step; only the first one is recorded."""
@@ -50,7 +52,13 @@ class Figures:
 
     def steady_start(self) -> None:
         """Call when the first epoch has ended."""
-        self._steady_start = time.perf_counter()
+        self._steady_start = self._last_epoch = time.perf_counter()
+
+    def epoch_done(self) -> None:
+        """Call after each steady epoch (optional): its seconds go to ``epoch_s``."""
+        now = time.perf_counter()
+        self.epoch_s.append(now - self._last_epoch)
+        self._last_epoch = now
 
     def steady_end(self, epochs: int) -> None:
         """Call after ``epochs`` more full passes over the data set."""
@@ -60,7 +68,7 @@ class Figures:
     def as_dict(self) -> Dict[str, Any]:
         return {"first_step_s": self.first_step_s,
                 "steady_samples_per_s": self.steady_samples_per_s,
-                "train_end_s": time.time() - self.t0}
+                "train_end_s": time.time() - self.t0, "epoch_s": self.epoch_s}
 
 
 def emit(figures: Dict[str, Any]) -> None:

@@ -27,6 +27,9 @@ RATIOS = (
     ("raysgd/torchrun", "raysgd_2w", "torchrun_2w", "steady_samples_per_s", (">=", 0.98)),
     ("raysgd/Ray Train", "raysgd_2w", "raytrain_2w", "first_step_s", ("<=", 0.40)),
     ("raysgd/Ray Train", "raysgd_2w", "raytrain_2w", "steady_samples_per_s", None),
+    # The default's warm spare must not slow training (issue 22).
+    ("raysgd default/no spare", "raysgd_2w", "raysgd_2w_nospare", "steady_samples_per_s",
+     (">=", 0.98)),
     ("raysgd(1 worker)/plain", "raysgd_1w", "plain_1t", "first_step_s", None),
     ("raysgd(1 worker)/plain", "raysgd_1w", "plain_1t", "steady_samples_per_s", (">=", 0.98)),
     ("raysgd plain-init/lean", "raysgd_2w_plain_init", "raysgd_2w", "first_step_s", None),
@@ -89,6 +92,21 @@ def tables(summaries: Dict[str, Dict[str, Any]], ratios: List[Dict[str, Any]]) -
             for name, s in summaries.items()]
     figures = tabulate(rows, headers=["variant", "what", *(HEADERS[f] for f in FIGURES), "n"])
     return f"{figures}\n\n{ratio_table(ratios, HEADERS)}\n"
+
+
+def epoch_table(runs: Dict[str, List[Dict[str, Any]]], first: int) -> str:
+    """Median seconds of each epoch (numbered from ``first``) per variant that times its
+    epochs: a slow second epoch shows here, where a steady average would hide it."""
+    rows = []
+    for name, variant_runs in runs.items():
+        timed = [run["epoch_s"] for run in variant_runs if run.get("ok") and run.get("epoch_s")]
+        if timed:
+            columns = zip(*timed)  # epoch by epoch, over the runs that timed them all
+            rows.append([name, *(f"{statistics.median(column):.2f}" for column in columns)])
+    if not rows:
+        return ""
+    width = max(len(row) for row in rows) - 1
+    return tabulate(rows, headers=["epoch (s, median)", *(str(first + i) for i in range(width))])
 
 
 def ratio_table(ratios: List[Dict[str, Any]], headers: Dict[str, str]) -> str:

@@ -12,6 +12,7 @@ from torch import nn
 
 from raysgd.errors import ConfigError
 from raysgd.operator import TrainingOperator
+from raysgd.worker.returns import creator_result
 
 DATA_LOCK = os.path.join(tempfile.gettempdir(), "raysgd_data_creator.lock")
 
@@ -35,12 +36,13 @@ class CreatorOperator(TrainingOperator):
             raise ConfigError("CreatorOperator is built with TrainingOperator.from_creators(...); "
                               "do not use it directly.")
         train_loader, validation_loader = self._create_data(config)
-        models = self._model_creator(config)
-        optimizers = self._optimizer_creator(models, config)
+        models = self._made("model_creator", self._model_creator, config)
+        optimizers = self._made("optimizer_creator", self._optimizer_creator, models, config)
         criterion = self._create_loss(config)
         kwargs = {"criterion": criterion}
         if self._scheduler_creator is not None:
-            kwargs["schedulers"] = self._scheduler_creator(optimizers, config)
+            kwargs["schedulers"] = self._made("scheduler_creator", self._scheduler_creator,
+                                              optimizers, config)
         self.register(models=models, optimizers=optimizers, **kwargs)
         self.register_data(train_loader=train_loader, validation_loader=validation_loader)
 
@@ -49,11 +51,8 @@ class CreatorOperator(TrainingOperator):
             return None, None
         lock = FileLock(DATA_LOCK) if self._serialize_data_creation else contextlib.nullcontext()
         with lock:
-            loaders = self._data_creator(config)
-        if isinstance(loaders, (list, tuple)):
-            if len(loaders) not in (1, 2):
-                raise ConfigError(f"data_creator returned {len(loaders)} items; return a train "
-                                  "loader or (train_loader, validation_loader).")
+            loaders = self._made("data_creator", self._data_creator, config)
+        if isinstance(loaders, (list, tuple)):  # one or two items (checked)
             return loaders[0], (loaders[1] if len(loaders) == 2 else None)
         return loaders, None
 
@@ -65,7 +64,11 @@ class CreatorOperator(TrainingOperator):
             return creator()  # e.g. loss_creator=nn.CrossEntropyLoss
         if isinstance(creator, nn.Module):
             return creator
-        return creator(config)
+        return self._made("loss_creator", creator, config)
+
+    def _made(self, kind: str, creator: Callable, *args: Any) -> Any:
+        """What ``creator`` returned, if it is what a legacy ``kind`` must return."""
+        return creator_result(kind, creator(*args), creator, self)
 
 
 def make_creator_operator(model_creator, optimizer_creator, data_creator=None,

@@ -12,6 +12,7 @@ from raysgd.worker import distributed
 from raysgd.worker.batches import check_tuple_batch, move_to_device, split_batch
 from raysgd.worker.metrics import NUM_SAMPLES, AverageMeterCollection
 from raysgd.worker.progress import BatchEvents
+from raysgd.worker.returns import batch_metrics
 from raysgd.worker.timers import NULL_TIMERS
 
 
@@ -27,9 +28,7 @@ class OperatorContext:
 
 
 def _as_list(value: Any) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _shaped(given: Any, items: list) -> Any:
@@ -47,20 +46,20 @@ class TrainingOperator:
         operator = YourOperator(config, context)      # calls setup(config)
         for each trainer.train() call:
             iterator = batches of the train loader     # continues the current pass
-            metrics = operator.train_epoch(iterator, info)
+            metrics = operator.train_epoch(iterator, info)           # a dict or None
                 for batch in iterator:
-                    metrics = operator.train_batch(batch, batch_info)
+                    metrics = operator.train_batch(batch, batch_info)    # a dict or None
                         with self.autocast(): output = model(*features); loss = criterion(output, target)
                         self.backward(loss); self.step(optimizer)
                     operator.global_step += 1
                 step schedulers if scheduler_step_freq == "epoch"
         for each trainer.validate() call:
-            metrics = operator.validate(val_iterator, info)
-                for batch in val_iterator: operator.validate_batch(batch, batch_info)
+            metrics = operator.validate(val_iterator, info)          # a dict or None
+                for batch in val_iterator: operator.validate_batch(batch, batch_info)  # same
 
-    Override any level. Custom loops call ``self.autocast()``, ``self.backward(loss)``,
-    ``self.clip_grad_norm_(model, max_norm)``, ``self.step(optimizer)`` and ``self.micro_batches
-    (batch)`` so mixed precision, clipping and gradient accumulation keep working.
+    Override any level (returning another type raises ``ConfigError``). Custom loops call
+    ``self.autocast()``, ``self.backward(loss)``, ``self.clip_grad_norm_(model, max_norm)``,
+    ``self.step(optimizer)``, ``self.micro_batches(batch)``: fp16, clipping, accumulation work.
     """
 
     def __init__(self, config: Dict[str, Any], context: OperatorContext):
@@ -89,7 +88,7 @@ class TrainingOperator:
 
     def train_epoch(self, iterator: Iterable, info: Optional[dict] = None,
                     num_steps: Optional[int] = None, epoch_idx: int = 0) -> dict:
-        """Train over ``iterator``; returns averaged metrics of ``train_batch``.
+        """Train over ``iterator``; returns a dict of metrics or None (``train_batch``'s, averaged).
 
         ``info`` holds the call's ``NUM_STEPS``, ``SCHEDULER_STEP``, ``USE_FP16`` and
         ``epoch_idx`` plus ``trainer.train(info=...)``. An override may take Ray 1.12's
@@ -107,15 +106,15 @@ class TrainingOperator:
             batch_info = {**(info or {}), "batch_idx": getattr(iterator, "batch_idx", index),
                           "global_step": self.global_step,
                           "epoch_idx": getattr(iterator, "epoch_idx", 0)}
-            metrics = dict(self.train_batch(batch, batch_info) or {})
+            self._count(meters, self.train_batch(batch, batch_info), "train_batch")
             self.global_step += 1
-            self._count(meters, metrics)
         if self.scheduler_step_freq == "epoch":
             for scheduler in self._schedulers:
                 scheduler.step()
         return meters.summary()
 
-    def _count(self, meters: AverageMeterCollection, metrics: dict) -> None:
+    def _count(self, meters: AverageMeterCollection, result: Any, hook: str) -> None:
+        metrics = batch_metrics(result, self, hook)  # a fresh dict: num_samples is popped
         num_samples = metrics.pop(NUM_SAMPLES, 1)
         meters.update(metrics, n=num_samples)
         self._context.events.finished_batch(metrics, num_samples)
@@ -123,9 +122,11 @@ class TrainingOperator:
     def train_batch(self, batch: Any, batch_info: dict) -> dict:
         """One optimisation step on ``batch`` (``*features, target = batch``).
 
-        With ``accumulate_steps=k`` the batch is split into k micro-batches
-        whose gradients add up before one step (all-reduced once); with
-        ``clip_grad_norm`` the gradients are clipped (unscaled) before it.
+        Returns a dict of metrics or None. Numbers (numpy scalars and 0-d tensors too) are
+        averaged over the call, weighted by ``num_samples`` (a number; 1 when absent); other
+        values are reported as the last one seen. With ``accumulate_steps=k`` the batch is
+        split into k micro-batches whose gradients add up before one step (all-reduced once);
+        with ``clip_grad_norm`` the gradients are clipped (unscaled) before it.
         """
         model, optimizer, criterion = self._single("train_batch")
         check_tuple_batch(batch, "train_batch")
@@ -150,19 +151,19 @@ class TrainingOperator:
         return {"train_loss": float(total_loss), NUM_SAMPLES: num_samples}
 
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
-        """Evaluate over ``val_iterator``; returns averaged metrics of ``validate_batch``."""
+        """Evaluate over ``val_iterator``; returns a dict of metrics or None (``validate_batch``'s)."""
         for model in self._models:
             model.eval()
         meters = AverageMeterCollection()
         with torch.no_grad():
             for batch_idx, batch in enumerate(val_iterator):
                 batch_info = {"batch_idx": batch_idx, **(info or {})}
-                metrics = dict(self.validate_batch(batch, batch_info) or {})
-                self._count(meters, metrics)
+                self._count(meters, self.validate_batch(batch, batch_info), "validate_batch")
         return meters.summary()
 
     def validate_batch(self, batch: Any, batch_info: dict) -> dict:
-        """Loss and accuracy on one batch: argmax for class scores, 0.5 threshold for one output."""
+        """Loss and accuracy on one batch (argmax for class scores, 0.5 threshold for one
+        output); returns a dict of metrics or None, as ``train_batch`` does."""
         model, _, criterion = self._single("validate_batch")
         *features, target = move_to_device(check_tuple_batch(batch, "validate_batch"), self.device)
         with self.timers.record("eval_fwd"):
@@ -387,14 +388,13 @@ class TrainingOperator:
                       loss_creator=None, scheduler_creator=None, serialize_data_creation=True):
         """Build an operator class from legacy creator functions (see ``CreatorOperator``)."""
         from raysgd.creator_operator import make_creator_operator
-
         return make_creator_operator(model_creator, optimizer_creator, data_creator,
                                      loss_creator, scheduler_creator, serialize_data_creation)
 
     @classmethod
-    def from_ptl(cls, lightning_module_cls, train_dataloader=None, val_dataloader=None, datamodule=None):
-        """An operator class training a Lightning 2.x ``LightningModule`` (raysgd.lightning)."""
+    def from_ptl(cls, lightning_module_cls, train_dataloader=None, val_dataloader=None, datamodule=None,
+                 *, module_args=(), module_kwargs=None):
+        """A LightningModule class, instance or factory as an operator class: see raysgd.lightning.factory."""
         from raysgd.lightning import make_lightning_operator
-
         return make_lightning_operator(lightning_module_cls, train_dataloader, val_dataloader,
-                                       datamodule)
+                                       datamodule, module_args, module_kwargs)

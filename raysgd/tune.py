@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any, Callable, Dict, Optional
 
 import ray
@@ -28,6 +29,7 @@ from raysgd.config import check_workers_per_host
 from raysgd.driver.placement import Reservation, host_bundles
 from raysgd.errors import ConfigError
 from raysgd.trainer import TorchTrainer
+from raysgd.worker.returns import name_of, wrong_return
 
 # Trainer arguments a trial's config may set (they shape the trial's resources).
 RESOURCE_KEYS = ("num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "use_gpu",
@@ -141,6 +143,10 @@ class BaseTorchTrainable(tune.Trainable):
         """The trial's trainer (Ray 1.12's hook: a direct subclass may override it)."""
         kwargs = dict(self._trainer_kwargs)
         kwargs.update(self._settings(config))
+        # No spare in a trial unless asked for: Tune retries a failed trial itself
+        # (max_failures), a spare per trial multiplies by the trials running, and a trial's
+        # actors are its placement group's (Ray 1.12's Tune tests count them).
+        kwargs.setdefault("spare_workers", 0)
         # A copy per trial: legacy merged into a dict that every trial shared.
         trainer_config = {**dict(kwargs.pop("config", None) or {}), **config}
         group = get_current_placement_group()
@@ -157,7 +163,11 @@ class BaseTorchTrainable(tune.Trainable):
 
     def step(self) -> Dict[str, Any]:
         if self._override is not None:
-            return self._override(self.trainer, {"iteration": self.iteration})
+            result = self._override(self.trainer, {"iteration": self.iteration})
+            if not isinstance(result, Mapping):  # Tune would fail on it far from here
+                raise wrong_return(f"override_tune_step {name_of(self._override)}",
+                                   result, "a dict of metrics for Tune, e.g. trainer.train()")
+            return result
         train = self.trainer.train()
         if self.trainer.has_validation_loader():
             return _merge_results(train, self.trainer.validate())

@@ -370,3 +370,18 @@ class InterruptedOperator(RaisingOperator):
             return super().train_batch(batch, batch_info)
         except KeyError:
             raise KeyboardInterrupt from None
+
+
+class WrongReturnOperator(LinearOperator):
+    """``train(info={"bad_return": X})`` makes ``train_batch`` step, then return X from its
+    second batch on; ``validate(info=...)`` does the same in ``validate_batch``."""
+
+    def train_batch(self, batch, batch_info):
+        metrics = super().train_batch(batch, batch_info)
+        if "bad_return" in batch_info and batch_info["batch_idx"] >= 1:
+            return batch_info["bad_return"]
+        return metrics
+
+    def validate_batch(self, batch, batch_info):
+        metrics = super().validate_batch(batch, batch_info)
+        return batch_info["bad_return"] if "bad_return" in batch_info else metrics

@@ -3,8 +3,8 @@ import pytest
 
 from bench_runs import WAIT_TIMEOUT_S
 
-VARIANTS = {"raysgd_2w", "raysgd_2w_plain_init", "torchrun_2w", "raytrain_2w", "plain_1t",
-            "plain_2t", "raysgd_1w"}
+VARIANTS = {"raysgd_2w", "raysgd_2w_nospare", "raysgd_2w_plain_init", "torchrun_2w",
+            "raytrain_2w", "plain_1t", "plain_2t", "raysgd_1w"}
 FIGURES = ("first_step_s", "steady_samples_per_s", "wall_s", "peak_mem_mib")
 
 
@@ -22,6 +22,11 @@ def test_bench_quick_reports_every_figure_for_every_variant(bench_quick):
             stats = variant["summary"][figure]
             assert stats and all(stats[k] > 0 for k in ("median", "min", "max")), (name, figure)
     assert {ratio["ratio"] for ratio in document["ratios"]} == {
-        "raysgd/torchrun", "raysgd/Ray Train", "raysgd(1 worker)/plain", "raysgd plain-init/lean"}
+        "raysgd/torchrun", "raysgd/Ray Train", "raysgd(1 worker)/plain", "raysgd plain-init/lean",
+        "raysgd default/no spare"}
     assert "memory_method" in document["meta"]
     assert "raysgd/torchrun" in proc.stdout  # the ratios table was printed
+    # raysgd's variants time each steady epoch (quick mode: one), and the table shows them.
+    for name in ("raysgd_2w", "raysgd_2w_nospare"):
+        assert [len(run["epoch_s"]) for run in document["variants"][name]["runs"]] == [1]
+    assert "epoch (s, median)" in proc.stdout

@@ -8,7 +8,8 @@ from torch import nn
 
 from operators_for_tests import (CustomWrapperOperator, FailingOperator, GANOperator, LinearOperator,
                                  NoDataOperator, NoRegisterOperator, PrecisionGANOperator,
-                                 SetupFailOperator, SyncCountingOperator, UnevenOperator)
+                                 SetupFailOperator, SyncCountingOperator, UnevenOperator,
+                                 WrongReturnOperator)
 from raysgd import TorchTrainer
 from raysgd.errors import ConfigError, ResourcesUnavailableError, TrainerShutdownError
 from raysgd.torch import TrainingOperator
@@ -208,6 +209,30 @@ def test_user_exception_in_train_batch_keeps_type_and_rank(trainer_factory):
     assert trainer.validate()["num_samples"] == 400
     with pytest.raises(ValueError, match="bad batch on rank 1"):
         trainer.train()
+
+
+def test_a_wrong_hook_return_is_a_config_error_and_leaves_the_weights(trainer_factory):
+    trainer = trainer_factory(WrongReturnOperator, config={BATCH_SIZE: 64})
+    trainer.train(num_steps=2)
+    before = params_per_worker(trainer)
+    steps = trainer.apply_all_operators(lambda op: op.global_step)
+    with pytest.raises(ConfigError, match=r"^WrongReturnOperator\.train_batch returned float "
+                                          r"\(0\.25\); it must return a dict of metrics") as info:
+        trainer.train(info={"bad_return": 0.25})  # batch 0 stepped on both ranks, then 0.25
+    assert "train_batch" in "\n".join(info.value.__notes__)  # the worker's traceback
+    stats = trainer.recovery_stats
+    assert stats.user_errors == 1 and stats.failures == 0  # the user's error: not retried
+    after = params_per_worker(trainer)
+    for rank_before, rank_after in zip(before, after):
+        assert all(torch.equal(a, b) for a, b in zip(rank_before, rank_after))
+    assert trainer.apply_all_operators(lambda op: op.global_step) == steps == [2, 2]
+    with pytest.raises(ConfigError, match=r"^WrongReturnOperator\.validate_batch returned str"):
+        trainer.validate(info={"bad_return": "ok"})
+    result = trainer.train()  # the pass's remaining 14 batches of 32 per rank
+    assert result["batch_count"] == 14 and result["epoch"] == 1 and "train_loss" in result
+    trained = params_per_worker(trainer)
+    assert not all(torch.equal(a, b) for a, b in zip(before[0], trained[0]))
+    assert all(torch.equal(a, b) for a, b in zip(trained[0], trained[1]))
 
 
 def test_user_exception_in_setup_keeps_type_and_rank(ray_cpus):

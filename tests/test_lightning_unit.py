@@ -313,8 +313,8 @@ def test_from_ptl_refuses_what_is_not_a_lightning_module_on_the_driver():
     for wrong in (nn.Linear, object, "Module"):
         with pytest.raises(NotALightningModuleError, match="LightningModule subclass"):
             TrainingOperator.from_ptl(wrong)
-    with pytest.raises(TypeError, match="Pass the class, not an instance"):
-        TrainingOperator.from_ptl(pl.LightningModule())
+    with pytest.raises(NotALightningModuleError, match="an instance of one, or a factory"):
+        TrainingOperator.from_ptl(nn.Linear(1, 1))  # a module instance, but not Lightning's
     with pytest.raises(ConfigError, match="LightningDataModule"):
         TrainingOperator.from_ptl(Tiny, datamodule=object())
     with pytest.raises(ConfigError, match="one train loader"):
@@ -333,6 +333,9 @@ class Tiny(pl.LightningModule):
 
     def val_dataloader(self):
         return DataLoader(torch.zeros(4, 1), batch_size=2)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_zero", batch.sum())
 
 
 def built(operator_cls):

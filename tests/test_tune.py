@@ -129,6 +129,37 @@ def test_a_worker_killed_inside_a_trial_is_recovered_there(ray_cpus, tmp_path):
     assert metrics["num_samples"] == 1000
 
 
+def live_actors() -> set:
+    """Actors alive or still starting (a spare may be)."""
+    return {actor_id for actor_id, actor in ray._private.state.actors().items()
+            if actor["State"] != "DEAD"}
+
+
+def count_new_actors(before: set):
+    """A step reporting the live actors that were not there before the trial (the trial
+    actor itself, its workers and any spare), counted as Ray 1.12's Tune tests count them."""
+    def step(trainer, info):
+        metrics = trainer.train()
+        metrics["new_actors"] = len(live_actors() - before)
+        metrics["spares"] = len(trainer._supervisor.group.spares)
+        return metrics
+    return step
+
+
+@pytest.mark.parametrize("spare_workers, expected", [(None, 0), (1, 1)])
+def test_a_trial_keeps_no_spare_unless_asked(ray_cpus, tmp_path, spare_workers, expected):
+    kwargs = {} if spare_workers is None else {"spare_workers": spare_workers}
+    trainable = TorchTrainer.as_trainable(training_operator_cls=LinearOperator, num_workers=2,
+                                          use_gpu=False, config={BATCH_SIZE: 64},
+                                          override_tune_step=count_new_actors(live_actors()),
+                                          **kwargs)
+    results = fit(trainable, tmp_path, {}, 2)
+    assert not results.errors
+    metrics = results[0].metrics
+    assert metrics["new_actors"] == 1 + 2 + expected  # the trial, its workers, its spares
+    assert metrics["spares"] == expected
+
+
 def report_processes(trainer, info):
     metrics = trainer.train()
     metrics["trainable_pid"] = os.getpid()  # not "pid": Tune fills that one in itself

@@ -50,6 +50,20 @@ def test_validation_keys_never_overwrite_training_keys():
                       "val_num_samples": 400, "val_batch_count": 4, "val_loss": 2.0}
 
 
+def half(trainer, info):
+    return 0.5
+
+
+def test_an_override_tune_step_that_returns_no_dict_is_named():
+    trainable = TorchTrainer.as_trainable(training_operator_cls=LinearOperator,
+                                          override_tune_step=half)
+    trial = trainable.__new__(trainable)  # the step alone, without Tune's actor set-up
+    trial._trainer, trial._iteration = None, 0
+    with pytest.raises(ConfigError, match=r"override_tune_step half returned float \(0\.5\); "
+                                          r"it must return a dict of metrics for Tune"):
+        trial.step()
+
+
 def test_override_tune_step_must_take_trainer_and_info():
     TorchTrainer.as_trainable(training_operator_cls=LinearOperator,
                               override_tune_step=lambda trainer, info: {})

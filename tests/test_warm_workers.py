@@ -92,6 +92,27 @@ def test_a_second_trainer_reuses_the_processes_and_sees_nothing_of_the_first(tra
     assert idle_workers()["workers"] == 0
 
 
+def test_a_spare_warms_up_at_idle_priority_and_leaves_no_thread_at_it(trainer_factory):
+    """The spare's heavy imports (torch, the worker modules, the operator's module) run in
+    the idle scheduling class, so they never compete with the training processes; when the
+    warm-up ends no thread of the spare stays at low priority (it may take a rank)."""
+    import ray
+
+    trainer = trainer_factory(spare_workers=1)
+    trainer.train()  # the first commit starts the spare
+    spare, = trainer._supervisor.group.spares
+    info = ray.get(spare.ready, timeout=120)
+    assert info["priority"] == "idle" and info["policy"] == os.SCHED_IDLE, info
+    assert info["threads_left_low"] == [], info
+    # The process itself (and so every thread it starts later) keeps the priority Ray gave
+    # every worker (Ray niceness), as the ranks' processes have it.
+    pid = ray.get(spare.actor.node_info.remote())["pid"]
+    rank_pid = pids(trainer)[0]
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+    assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, rank_pid)
+    assert trainer.train()["num_samples"] > 0
+
+
 def test_a_trainer_of_another_shape_stops_the_idle_workers_and_starts_its_own(trainer_factory):
     first = trainer_factory(num_workers=2)
     old = pids(first)

@@ -29,6 +29,8 @@ _D = "bench.data."
 ENTRIES: Tuple[Entry, ...] = (
     Entry(Variant("raysgd_raydata", "raysgd, datasets= (in-memory ray.data)",
                   _D + "raysgd_variant", ("--input", "raydata"))),
+    Entry(Variant("raysgd_raydata_nospare", "raysgd_raydata with spare_workers=0",
+                  _D + "raysgd_variant", ("--input", "raydata", "--spare-workers", "0"))),
     Entry(Variant("raysgd_loader", "raysgd, DataLoader (register_data)",
                   _D + "raysgd_variant", ("--input", "loader"))),
     Entry(Variant("raytrain_raydata", "Ray Train, datasets= + iter_torch_batches",
@@ -42,6 +44,8 @@ RATIOS = (
     ("raysgd/Ray Train, Ray Data", "raysgd_raydata", "raytrain_raydata", "steady_samples_per_s",
      (">=", RAYTRAIN_THROUGHPUT_TARGET)),
     ("raysgd/Ray Train, Ray Data", "raysgd_raydata", "raytrain_raydata", "first_epoch_s", None),
+    ("raysgd default/no spare, Ray Data", "raysgd_raydata", "raysgd_raydata_nospare",
+     "steady_samples_per_s", (">=", 0.98)),
     ("raysgd Ray Data/DataLoader", "raysgd_raydata", "raysgd_loader", "steady_samples_per_s",
      None),
     ("raysgd Ray Data/DataLoader", "raysgd_raydata", "raysgd_loader", "first_epoch_s", None),

@@ -14,8 +14,8 @@ from bench.data import NUM_BLOCKS, RAYTRAIN_THROUGHPUT_TARGET
 from bench.data.catalog import BY_NAME, RATIOS, Entry, select
 from bench.data.report import tables
 from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
-from bench.report import (compute_ratios, exit_and_figure_problems, metadata_block, save, settle,
-                          summarize)
+from bench.report import (compute_ratios, epoch_table, exit_and_figure_problems, metadata_block,
+                          save, settle, summarize)
 from bench.workloads import get_workload
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "data.json")
@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     print(f"target: raysgd/Ray Train over Ray Data, steady samples/s >= "
           f"{RAYTRAIN_THROUGHPUT_TARGET} (printed, not enforced)\n")
     print(tables(entries, summaries, ratios))
+    print(epoch_table(runs, first=1) + "\n")
     variants_doc = {e.name: {"label": e.variant.label,
                              "command": e.variant.command(WORKLOAD, mode),
                              "figures": list(e.figures), "summary": summaries[e.name],

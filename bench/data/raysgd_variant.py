@@ -25,6 +25,8 @@ from bench.workloads import get_workload
 def _extra(parser) -> None:
     parser.add_argument("--input", choices=("raydata", "loader"), required=True)
     parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--spare-workers", type=int, default=None,
+                        help="TorchTrainer(spare_workers=...); the default keeps one spare")
     parser.add_argument("--blocks", type=int, default=NUM_BLOCKS,
                         help="blocks of the in-memory dataset (--input raydata)")
 
@@ -54,6 +56,7 @@ def main() -> None:
     try:
         trainer = TorchTrainer(num_workers=args.num_workers, use_gpu=False,
                                num_cpus_per_worker=args.threads,
+                               spare_workers=args.spare_workers,
                                config={BATCH_SIZE: workload.batch_size,
                                        "workload": args.workload, "mode": args.mode},
                                **data_options(args, workload))

@@ -13,6 +13,8 @@ def _extra(parser) -> None:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--use-local", action="store_true",
                         help="rank 0 in this process (with 1 worker: no Ray at all)")
+    parser.add_argument("--spare-workers", type=int, default=None,
+                        help="TorchTrainer(spare_workers=...); the default keeps one spare")
 
 
 def train(trainer: TorchTrainer, figures: Figures) -> dict:
@@ -22,7 +24,10 @@ def train(trainer: TorchTrainer, figures: Figures) -> dict:
     trainer.train()
     figures.steady_start()
     steady = figures.workload.epochs - 1
-    metrics = [trainer.train() for _ in range(steady)]
+    metrics = []
+    for _ in range(steady):
+        metrics.append(trainer.train())
+        figures.epoch_done()
     figures.steady_end(steady)
     return metrics[-1]
 
@@ -39,6 +44,7 @@ def main() -> None:
         trainer = TorchTrainer(training_operator_cls=BenchOperator, num_workers=args.num_workers,
                                use_gpu=False, use_local=args.use_local,
                                num_cpus_per_worker=args.threads,
+                               spare_workers=args.spare_workers,
                                config={BATCH_SIZE: workload.batch_size,
                                        "workload": args.workload, "mode": args.mode})
         last = train(trainer, figures)

@@ -50,7 +50,7 @@ class BesideBundles:
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
 
     def spare(self, node: str):
-        return RemoteWorker.options(num_cpus=0, scheduling_strategy=_near(node)).remote()
+        return RemoteWorker.options(num_cpus=0, scheduling_strategy=_near(node)).remote(True)
 
 
 class InBundles:
@@ -69,7 +69,7 @@ class InBundles:
     def spare(self, node: str):
         # A spare must see a GPU to take a GPU rank, so it holds one (outside the group).
         return RemoteWorker.options(num_cpus=0, num_gpus=self.gpus,
-                                    scheduling_strategy=_near(node)).remote()
+                                    scheduling_strategy=_near(node)).remote(True)
 
 
 def residence(settings: WorkerSettings):
@@ -103,7 +103,8 @@ class Spare:
         if not done:
             return None
         try:
-            return bool(ray.get(done[0]))
+            ray.get(done[0])  # what the warm-up ran at (see _WorkerActor.warm)
+            return True
         except (RayActorError, RayTaskError):
             return False
 
@@ -115,7 +116,9 @@ def start_spares(count: int, residence_: Any, operator_cls: type, nodes: List[st
     others = sorted(set(nodes) - {nodes[0]})
     node = others[0] if others else nodes[0]
     actors = [residence_.spare(node) for _ in range(count)]
-    return [Spare(actor, actor.warm.remote(operator_cls)) for actor in actors]
+    # Pickled here so that the spare unpickles (imports) it in its low-priority warm-up.
+    blob = ray.cloudpickle.dumps(operator_cls)
+    return [Spare(actor, actor.warm.remote(blob)) for actor in actors]
 
 
 def code_stamp(cls: type) -> tuple:

@@ -1,6 +1,7 @@
-"""Building a LightningModule (and its data) on a worker, in Lightning's ``fit`` order:
-constructor → ``prepare_data`` (once per node) → ``setup("fit")`` → ``configure_model``;
-loaders come from ``from_ptl``'s arguments, else the datamodule, else the module's hooks.
+"""Setting a LightningModule (and its data) up on a worker, in Lightning's ``fit`` order:
+constructor (``source.py``) → ``prepare_data`` (once per node) → ``setup("fit")`` →
+``configure_model`` (1.x: ``configure_sharded_model``); loaders come from ``from_ptl``'s
+arguments, else the datamodule, else the module's hooks.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any, Optional, Tuple
 import torch.distributed as dist
 
 from raysgd.errors import ConfigError
+from raysgd.lightning import v1
 from raysgd.lightning.compat import find_base, is_overridden
+from raysgd.lightning.source import construct  # noqa: F401 - also a datamodule's constructor
 
 POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 # Hooks of a Lightning Trainer fit that raysgd does not call, and why.
@@ -23,26 +26,11 @@ NOT_CALLED = {
 }
 
 
-def construct(cls: type, config: dict) -> Any:
-    """``cls(config=config)``, ``cls(config)`` or ``cls()``, whichever its constructor takes.
-
-    A parameter named ``config`` gets the config by keyword; otherwise a required
-    positional parameter gets it; a constructor with neither is called bare.
-    """
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):  # a C-level or odd __init__: legacy passed the config
-        return cls(config)
-    if "config" in params:
-        return cls(config=config)
-    required = [p for p in params.values() if p.kind in POSITIONAL and p.default is p.empty]
-    return cls(config) if required else cls()
-
-
 def instantiate_datamodule(datamodule: Any, config: dict) -> Any:
     """A datamodule given as a class is built like the module; an instance is used as is."""
     if isinstance(datamodule, type):
-        return construct(datamodule, config)
+        return construct(datamodule, config, fix=f"build it on the driver: "
+                         f"from_ptl(..., datamodule={datamodule.__name__}(...))")
     return datamodule
 
 
@@ -61,6 +49,8 @@ def prepare_and_setup(module: Any, datamodule: Any, local_rank: int, world_rank:
     configure_model = getattr(module, "configure_model", None)
     if callable(configure_model):
         configure_model()
+    elif overrides(module, "configure_sharded_model"):  # Lightning 1.x's name for it
+        module.configure_sharded_model()
 
 
 def loaders(module: Any, datamodule: Any, train_loader: Any, val_loader: Any) -> Tuple[Any, Any]:
@@ -118,7 +108,7 @@ def warn_ignored(module: Any) -> None:
         warnings.warn("configure_callbacks() is ignored: raysgd has no Lightning callbacks. Move "
                       "their work into the module's hooks, or into the driver loop around "
                       "trainer.train().", RuntimeWarning, stacklevel=3)
-    for hook, why in NOT_CALLED.items():
+    for hook, why in {**NOT_CALLED, **v1.NOT_CALLED}.items():
         if overrides(module, hook):
             warnings.warn(f"{type(module).__name__}.{hook} is not called by raysgd: {why}.",
                           RuntimeWarning, stacklevel=3)

@@ -1,4 +1,5 @@
-"""Which Lightning a module comes from: ``pytorch_lightning`` or ``lightning.pytorch``.
+"""Which Lightning a module comes from: ``pytorch_lightning`` or ``lightning.pytorch``, and
+which version (2.x, or 1.6-1.9 with its own hook signatures).
 
 raysgd never imports Lightning itself: a user's ``LightningModule`` subclass
 already has its Lightning base class in its MRO, so the base is found there
@@ -7,8 +8,9 @@ and either package works (both may be installed side by side).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from raysgd.errors import ConfigError
 
@@ -25,7 +27,7 @@ def lightning_installed() -> bool:
 def require_lightning() -> None:
     if not lightning_installed():
         raise ImportError("raysgd.lightning (TrainingOperator.from_ptl) needs PyTorch Lightning "
-                          f"2.x, which is not installed; run `{INSTALL_HINT}`.")
+                          f"(2.x, or 1.6-1.9), which is not installed; run `{INSTALL_HINT}`.")
 
 
 def find_base(cls: Any, name: str) -> Optional[type]:
@@ -36,14 +38,26 @@ def find_base(cls: Any, name: str) -> Optional[type]:
     return None
 
 
-def check_version(base: type) -> None:
-    """Lightning 1.x had another hook and logging API; refuse it with the fix."""
+OLDEST = (1, 6)  # 1.6-1.9 keep the hook API raysgd maps (raysgd.lightning.v1); 2.x is the default
+
+
+def version_of(base: type) -> Tuple[str, Tuple[int, int]]:
+    """The package name and ``(major, minor)`` of the Lightning that defines ``base``."""
     top = base.__module__.split(".")[0]
     package = "lightning" if top == "lightning" else "pytorch_lightning"
-    version = str(getattr(sys.modules.get(package), "__version__", "2"))
-    if version.split(".")[0].isdigit() and int(version.split(".")[0]) < 2:
-        raise ConfigError(f"TrainingOperator.from_ptl supports Lightning 2.x; {package} {version} "
-                          f"is installed. Upgrade it: {INSTALL_HINT}.")
+    text = str(getattr(sys.modules.get(package), "__version__", "2.0"))
+    numbers = [int(part) for part in re.findall(r"\d+", text)[:2]]
+    return f"{package} {text}", (tuple(numbers) + (0, 0))[:2]
+
+
+def check_version(base: type) -> int:
+    """The major version of ``base``'s Lightning (1 or 2); refuses anything before 1.6."""
+    name, version = version_of(base)
+    if version < OLDEST:
+        raise ConfigError(f"TrainingOperator.from_ptl supports Lightning 2.x and 1.6-1.9; {name} "
+                          f"is installed, whose hooks and logging API differ. Upgrade it: "
+                          f"{INSTALL_HINT} (2.x), or pip install 'pytorch_lightning>=1.6,<2'.")
+    return version[0]
 
 
 def is_overridden(name: str, obj: Any, base: Optional[type]) -> bool:

@@ -2,32 +2,14 @@
 the operator class they produce (pickled by value to the workers, like CreatorOperator's)."""
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 from raysgd.errors import ConfigError
 from raysgd.lightning import building
-from raysgd.lightning.compat import check_version, find_base
-from raysgd.lightning.errors import NotALightningModuleError
+from raysgd.lightning.compat import find_base
 from raysgd.lightning.operator import LightningOperator
-
-
-def check_module_class(lightning_module_cls: Any) -> type:
-    """The Lightning base of ``lightning_module_cls``; raises when it is not a LightningModule class."""
-    if not isinstance(lightning_module_cls, type):
-        hint = (" Pass the class, not an instance: from_ptl builds one module per worker "
-                "from config." if find_base(type(lightning_module_cls), "LightningModule") else "")
-        raise NotALightningModuleError(
-            f"TrainingOperator.from_ptl takes a LightningModule subclass (from pytorch_lightning "
-            f"or lightning.pytorch); got {lightning_module_cls!r}.{hint}")
-    base = find_base(lightning_module_cls, "LightningModule")
-    if base is None:
-        raise NotALightningModuleError(
-            f"TrainingOperator.from_ptl takes a LightningModule subclass (from pytorch_lightning "
-            f"or lightning.pytorch); {lightning_module_cls.__name__} is not one. Subclass "
-            "pytorch_lightning.LightningModule, or use a TrainingOperator subclass for a plain "
-            "torch.nn.Module.")
-    check_version(base)
-    return base
+from raysgd.lightning.source import source_of
 
 
 def check_datamodule(datamodule: Any) -> None:
@@ -39,22 +21,31 @@ def check_datamodule(datamodule: Any) -> None:
                           f"class), got {datamodule!r}.")
 
 
-def make_lightning_operator(lightning_module_cls: Any, train_dataloader: Any = None,
-                            val_dataloader: Any = None, datamodule: Any = None) -> type:
-    """A :class:`LightningOperator` subclass for ``lightning_module_cls``.
+def make_lightning_operator(lightning_module: Any, train_dataloader: Any = None,
+                            val_dataloader: Any = None, datamodule: Any = None,
+                            module_args: Sequence[Any] = (),
+                            module_kwargs: Optional[Mapping[str, Any]] = None) -> type:
+    """A :class:`LightningOperator` subclass training ``lightning_module``.
 
+    ``lightning_module`` is a LightningModule class (built on every worker as
+    ``cls(*module_args, **module_kwargs)``, or without them by Ray 1.12's rule:
+    ``cls(config=config)``, ``cls(config)`` or ``cls()``), an instance built on the
+    driver (each worker trains its own copy), or a factory called as
+    ``factory(config)`` on every worker (see :mod:`raysgd.lightning.source`).
     Loaders given here win over the datamodule's, which win over the module's
     ``train_dataloader()`` / ``val_dataloader()``.
     """
-    check_module_class(lightning_module_cls)
+    source = source_of(lightning_module, module_args, module_kwargs)
     check_datamodule(datamodule)
     for name, loader in (("train_dataloader", train_dataloader), ("val_dataloader", val_dataloader)):
         building.check_single_loader(name, loader)
     attrs = {
-        "_lightning_module_cls": lightning_module_cls,
+        "_lightning_module_cls": source.module_cls,
+        "_ptl_source": source,
         "_ptl_train_dataloader": building.unpack_single(train_dataloader),
         "_ptl_val_dataloader": building.unpack_single(val_dataloader),
         "_ptl_datamodule": datamodule,
-        "__doc__": f"Trains {lightning_module_cls.__qualname__} (TrainingOperator.from_ptl).",
+        "__doc__": f"Trains {source.name} (TrainingOperator.from_ptl, from a {source.kind}).",
     }
-    return type(f"{lightning_module_cls.__name__}Operator", (LightningOperator,), attrs)
+    name = re.sub(r"\W", "", source.name) or "LightningModule"
+    return type(f"{name}Operator", (LightningOperator,), attrs)

@@ -1,5 +1,6 @@
 """``LightningOperator``: a TrainingOperator whose model, optimizers, schedulers, data and
-steps come from a Lightning 2.x ``LightningModule``. Built by ``TrainingOperator.from_ptl``.
+steps come from a ``LightningModule`` (Lightning 2.x, or 1.6-1.9 through
+:mod:`raysgd.lightning.v1`). Built by ``TrainingOperator.from_ptl``.
 
 The registered model is the LightningModule itself, so checkpoints, snapshots,
 ``trainer.get_model()`` and ``get_model()`` carry the module's own state_dict
@@ -17,11 +18,13 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from raysgd.errors import ConfigError
-from raysgd.lightning import building, ddp, steps
+from raysgd.lightning import building, ddp, steps, v1
+from raysgd.lightning.compat import check_version, find_base
 from raysgd.lightning.logs import Logged, LoggedMeters
 from raysgd.lightning.optim_config import SchedulerSpec, parse_optimizers
 from raysgd.lightning.schedules import SchedulerStepper
 from raysgd.lightning.session import ModuleSession
+from raysgd.lightning.source import ModuleSource
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
 from raysgd.operator import TrainingOperator
 from raysgd.worker.metrics import BATCH_COUNT, NUM_SAMPLES, is_number
@@ -35,18 +38,22 @@ class LightningOperator(TrainingOperator):
     leaves some parameters unused).
     """
 
-    _lightning_module_cls: Optional[type] = None
+    _lightning_module_cls: Optional[type] = None  # None for a factory
+    _ptl_source: Optional[ModuleSource] = None  # how each worker gets its module
     _ptl_train_dataloader: Any = None
     _ptl_val_dataloader: Any = None
     _ptl_datamodule: Any = None
     ddp_args: Dict[str, Any] = {}
+    has_validation_step = True  # read from the module at set-up
     # validate() steps ReduceLROnPlateau schedulers that watch a validation metric, so the
     # trainer commits after it: a rollback must not undo that step.
     validate_changes_state = True
 
     # ------------------------------------------------------------------ set-up
     def setup(self, config: Dict[str, Any]) -> None:
-        if self._lightning_module_cls is None:
+        source = self._ptl_source or (self._lightning_module_cls and
+                                      ModuleSource("class", self._lightning_module_cls))
+        if source is None:
             raise ConfigError("LightningOperator is built with TrainingOperator.from_ptl("
                               "YourLightningModule); do not use it directly.")
         self.phase: Optional[str] = None  # "train" / "validate" while one runs
@@ -57,9 +64,13 @@ class LightningOperator(TrainingOperator):
         self._synced: set = set()  # optimizers whose gradients this step already averaged
         self._warned_not_plain = False
         self.datamodule = building.instantiate_datamodule(self._ptl_datamodule, config)
-        module = building.construct(self._lightning_module_cls, config)
-        self._session = ModuleSession(self, module)
-        self._stepper = SchedulerStepper([], module.lr_scheduler_step, self._average)
+        module = source.build(config)
+        self.lightning_major = check_version(find_base(type(module), "LightningModule"))
+        if self.lightning_major == 1:
+            v1.check_module(module)
+        self._session = ModuleSession(self, module, lightning_1x=self.lightning_major == 1)
+        self._epoch_outputs = v1.EpochOutputs(module)
+        self._stepper = SchedulerStepper([], self._lr_scheduler_step, self._average)
         self.step_takes_idx = building.takes_batch_idx(module.training_step, "training_step")
         self.val_step_takes_idx = building.takes_batch_idx(module.validation_step,
                                                            "validation_step")
@@ -79,7 +90,7 @@ class LightningOperator(TrainingOperator):
                       schedulers=[spec.scheduler for spec in specs], ddp_args=dict(self.ddp_args))
         self._ddp_syncs = isinstance(self._models[0], DistributedDataParallel)
         self.scheduler_specs = specs
-        self._stepper = SchedulerStepper(specs, module.lr_scheduler_step, self._average,
+        self._stepper = SchedulerStepper(specs, self._lr_scheduler_step, self._average,
                                          enabled=automatic)
         self.lightning_optimizers = [OperatorOptimizer(opt, self._optimizer_step)
                                      for opt in self._optimizers]
@@ -88,6 +99,12 @@ class LightningOperator(TrainingOperator):
         train_loader, val_loader = building.loaders(module, self.datamodule,
                                                     self._ptl_train_dataloader,
                                                     self._ptl_val_dataloader)
+        self.has_validation_step = building.overrides(module, "validation_step")
+        if val_loader is not None and not self.has_validation_step:
+            warnings.warn(f"{type(module).__name__} has a validation loader but no "
+                          "validation_step; validate() is refused (Lightning skips its "
+                          "validation loop).", RuntimeWarning, stacklevel=2)
+            val_loader = None  # never run the base class's empty validation_step
         self.register_data(train_loader=train_loader, validation_loader=val_loader)
         building.warn_ignored(module)
         module.on_fit_start()
@@ -128,6 +145,8 @@ class LightningOperator(TrainingOperator):
             resumed = self._resume_meters is not None  # finishing a call cut short by a failure
             meters = self._meters = self._resume_meters or LoggedMeters()
             self._resume_meters = None
+            if meters.outputs is None:  # commits carry them, so a resumed call has them all
+                meters.outputs = self._epoch_outputs.collector("train")
             logs.begin_epoch()
             if not resumed:
                 module.on_train_epoch_start()
@@ -144,10 +163,13 @@ class LightningOperator(TrainingOperator):
                     for _ in iterator:
                         pass
                     break
-                metrics, logged = self._train_one(batch, batch_idx)
+                metrics, logged, outputs = self._train_one(batch, batch_idx)
                 self.global_step += 1
                 self._count_batch(meters, metrics, logged)
+                v1.EpochOutputs.add(meters.outputs, outputs, training=True)
             self._stepper.end_of_batches()
+            self._epoch_outputs.end("train", meters.outputs)  # before on_train_epoch_end, as 1.x
+            meters.outputs = None
             module.on_train_epoch_end()
             summary = {**meters.summary(), **logs.end_epoch()}
             self._note_callback_metrics(summary)
@@ -157,10 +179,10 @@ class LightningOperator(TrainingOperator):
     def train_batch(self, batch: Any, batch_info: dict) -> dict:
         """TrainingOperator's one-batch API: the step's metrics and the values it logged."""
         self._session.logs.begin_batch()
-        metrics, logged = self._train_one(batch, batch_info.get("batch_idx", 0))
+        metrics, logged, _ = self._train_one(batch, batch_info.get("batch_idx", 0))
         return {**metrics, **logged.values}
 
-    def _train_one(self, batch: Any, batch_idx: int) -> Tuple[dict, Logged]:
+    def _train_one(self, batch: Any, batch_idx: int) -> Tuple[dict, Logged, Any]:
         """One batch (on the device, its log scope open): the step, schedulers, batch end."""
         module = self._session.module
         self._synced.clear()  # gradients averaged for a step that never came are stale
@@ -168,10 +190,10 @@ class LightningOperator(TrainingOperator):
         self._stepper.after_batch(batch_idx)
         module.on_train_batch_end(outputs, batch, batch_idx)
         logged = self._session.logs.end_batch()
-        self._note_callback_metrics({**metrics, **logged.values})
+        self._note_callback_metrics({**metrics, **logged.step_values()})
         self._stepper.after_batch_end(batch_idx, self.callback_metrics,
                                       float(metrics.get(NUM_SAMPLES, 1) or 1))
-        return metrics, logged
+        return metrics, logged, outputs
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer, skipped: bool) -> None:
         """What ``OperatorOptimizer.step`` does after running the closure."""
@@ -202,8 +224,11 @@ class LightningOperator(TrainingOperator):
     # ------------------------------------------------------------ validation
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
         """One ``validate()`` call with Lightning's validation hooks, in its order."""
+        if not self.has_validation_step:  # the runner refuses first; this guards direct calls
+            raise ConfigError(self.missing_validation_message)
         with self._session.attached() as module, self._phase("validate"):
             logs, meters = self._session.logs, LoggedMeters()
+            outputs = self._epoch_outputs.collector("validate")
             logs.begin_epoch()
             modes = _training_modes(self._models[0])  # Lightning's _ModuleMode.capture
             module.on_validation_model_eval()
@@ -213,8 +238,10 @@ class LightningOperator(TrainingOperator):
                 for batch_idx, batch in enumerate(val_iterator):
                     logs.begin_batch()
                     batch = steps.transfer(module, batch, self.device)
-                    metrics, _ = steps.validation_step(self, batch, batch_idx)
+                    metrics, output = steps.validation_step(self, batch, batch_idx)
                     self._count_batch(meters, metrics, logs.end_batch())
+                    v1.EpochOutputs.add(outputs, output, training=False)
+            self._epoch_outputs.end("validate", outputs)  # before on_validation_epoch_end
             module.on_validation_epoch_end()
             summary = {**meters.summary(), **logs.end_epoch()}
             module.on_validation_end()
@@ -263,6 +290,23 @@ class LightningOperator(TrainingOperator):
     def get_model(self) -> torch.nn.Module:
         """The LightningModule itself (not wrapped in DDP), as Ray 1.12's operator returned."""
         return self._original_models[0] if self._original_models else self._session.module
+
+    @property
+    def missing_validation_message(self) -> str:
+        """Why ``validate()`` cannot run (the runner's message when no loader is registered)."""
+        name = type(self._session.module).__name__
+        if not self.has_validation_step:
+            return (f"No validation_step() method defined to run validate() (Lightning: "
+                    f"\"No `validation_step()` method defined to run `Trainer.validate`\"): "
+                    f"define validation_step(self, batch, batch_idx) in {name}, and a "
+                    "val_dataloader() (or from_ptl(val_dataloader=...) or a datamodule's).")
+        return (f"{name} defines validation_step but no validation data: define "
+                f"val_dataloader() in it, or pass from_ptl(val_dataloader=...) or a datamodule "
+                "with val_dataloader().")
+
+    def _lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        # Looked up at each call: while attached, a 1.x module's hook has 2.x's signature.
+        self._session.module.lr_scheduler_step(scheduler, metric)
 
     @property
     def current_epoch(self) -> int:

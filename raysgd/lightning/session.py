@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from raysgd.errors import ConfigError
-from raysgd.lightning import ddp
+from raysgd.lightning import ddp, v1
 from raysgd.lightning.logs import LogCollector
 from raysgd.lightning.trainer_stub import TrainerStub
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
@@ -40,22 +40,25 @@ def unwrap(optimizer: Any) -> Any:
     return optimizer.optimizer if isinstance(optimizer, OperatorOptimizer) else optimizer
 
 
-def _state_without_intercepts(module: torch.nn.Module) -> Any:
+def _state_without_intercepts(module: torch.nn.Module, names: tuple) -> Any:
     """The class's ``__getstate__`` (Lightning's drops the trainer) minus raysgd's intercepts."""
     state = type(module).__getstate__(module)
     if isinstance(state, dict):
-        state = {k: v for k, v in state.items() if k not in INTERCEPTED and k != "__getstate__"}
+        state = {k: v for k, v in state.items() if k not in names and k != "__getstate__"}
     return state
 
 
 class ModuleSession:
     """The operator's side of one module: the trainer stub, the log collector, the intercepts."""
 
-    def __init__(self, operator: Any, module: torch.nn.Module):
+    def __init__(self, operator: Any, module: torch.nn.Module, lightning_1x: bool = False):
         self._op = operator
         self.module = module
         self.stub = TrainerStub(operator)
-        self.logs = LogCollector(lambda: operator.world_rank == 0)
+        self.logs = LogCollector(lambda: operator.world_rank == 0,
+                                 lambda: getattr(operator, "phase", None))
+        self._lightning_1x = lightning_1x  # its hooks get 2.x signatures (raysgd.lightning.v1)
+        self._installed: tuple = ()
         self._depth = 0
 
     @contextlib.contextmanager
@@ -73,15 +76,21 @@ class ModuleSession:
 
     def _attach(self) -> None:
         self.module.trainer = self.stub
-        for name in INTERCEPTED:
-            vars(self.module)[name] = getattr(self, name)
+        installed = {name: getattr(self, name) for name in INTERCEPTED}
+        installed.update(v1.step_end_wrappers(self.module))
+        if self._lightning_1x:
+            native = self._op._context.precision.name in ("float16", "bfloat16")
+            installed.update(v1.adapters(self.module, using_native_amp=native))
+        vars(self.module).update(installed)
+        self._installed = tuple(installed)
         # pickle, copy and deepcopy look __getstate__ up on the instance first.
         vars(self.module)["__getstate__"] = functools.partial(_state_without_intercepts,
-                                                              self.module)
+                                                              self.module, self._installed)
 
     def _detach(self) -> None:
-        for name in (*INTERCEPTED, "__getstate__"):
+        for name in (*self._installed, "__getstate__"):
             vars(self.module).pop(name, None)
+        self._installed = ()
         self.module.trainer = None
 
     # ------------------------------------------------------ the intercepts

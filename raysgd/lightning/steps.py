@@ -16,6 +16,7 @@ import torch
 from raysgd.errors import ConfigError
 from raysgd.lightning.logs import to_float
 from raysgd.worker.metrics import NUM_SAMPLES
+from raysgd.worker.returns import training_step
 
 
 def transfer(module: Any, batch: Any, device: torch.device) -> Any:
@@ -38,23 +39,11 @@ def batch_size_of(batch: Any) -> Optional[int]:
     return None
 
 
-def split_output(output: Any, hook: str,
-                 automatic: bool = False) -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
-    """``(loss or None, other entries)`` of what a step returned."""
-    if output is None:
-        return None, {}
-    if isinstance(output, torch.Tensor):
-        return output, {}
-    if isinstance(output, Mapping):
-        if automatic and output.get("loss") is None:  # Lightning 2.x raises here too
-            raise ConfigError(
-                f"{hook} returned a dict without a 'loss' (keys: {sorted(map(str, output))}); "
-                "with automatic optimization the dict must hold the loss to backpropagate: "
-                "return {'loss': loss, ...}, or return None to skip the batch.")
-        extras = {k: v for k, v in output.items() if k != "loss"}
-        return output.get("loss"), extras
-    raise ConfigError(f"{hook} must return a loss tensor, a dict with 'loss', or None; got "
-                      f"{type(output).__name__}.")
+def split_output(output: Any, hook: str, automatic: bool = False,
+                 owner: Any = "LightningModule") -> Tuple[Optional[torch.Tensor], Dict[str, Any]]:
+    """``(loss or None, other entries)`` of what a step returned; Lightning's rule for what it
+    may return, and the message naming ``owner`` (the module), are in raysgd.worker.returns."""
+    return training_step(output, owner, automatic, hook)
 
 
 def scalars(entries: Mapping[str, Any]) -> Dict[str, float]:
@@ -92,16 +81,17 @@ def automatic_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
         for index, (piece, weight) in enumerate(op.micro_batches(batch)):
             with op.autocast():
                 output = op._models[0](*_args(piece, batch_idx, op.step_takes_idx))
-            loss, piece_extras = split_output(output, "training_step", automatic=True)
+            loss, piece_extras = split_output(output, "training_step", True, module)
             if index == 0:
                 module.on_before_zero_grad(optimizer.optimizer)
                 module.optimizer_zero_grad(op.current_epoch, batch_idx, optimizer.optimizer)
             if loss is None:
                 if op.world_size > 1:  # the other ranks would wait in the gradient all-reduce
                     raise ConfigError(
-                        "training_step returned None with several workers; Lightning 2.x does "
-                        "not support skipping a step in distributed training either. Return a "
-                        "loss (e.g. loss * 0 to make the batch count for nothing).")
+                        f"{type(module).__name__}.training_step returned None with several "
+                        "workers; Lightning 2.x does not support skipping a step in distributed "
+                        "training either. Return a loss (e.g. loss * 0 to make the batch count "
+                        "for nothing).")
                 ran.update(output=output, skipped=True)
                 return None
             module.on_before_backward(loss)
@@ -137,7 +127,7 @@ def manual_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
     module = op.get_model()
     with op.autocast():
         output = module.training_step(*_args(batch, batch_idx, op.step_takes_idx))
-    loss, extras = split_output(output, "training_step")
+    loss, extras = split_output(output, "training_step", False, module)
     metrics = scalars(extras)
     if loss is not None:
         metrics["train_loss"] = to_float("loss", loss)
@@ -146,7 +136,8 @@ def manual_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
 
 
 def validation_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
-    """``validation_step``: a dict's scalar entries are metrics, a bare tensor is ``val_loss``."""
+    """``validation_step``: a dict's scalar entries are metrics, a bare tensor is ``val_loss``;
+    any other output (Lightning 1.x and 2.x take anything) carries no metrics."""
     module = op.get_model()
     module.on_validation_batch_start(batch, batch_idx)
     with op.autocast():
@@ -156,11 +147,8 @@ def validation_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
         metrics = scalars({"val_loss": output})
     elif isinstance(output, Mapping):
         metrics = scalars(output)
-    elif output is None:
-        metrics = {}
     else:
-        raise ConfigError(f"validation_step must return a dict, a tensor or None; got "
-                          f"{type(output).__name__}.")
+        metrics = {}
     metrics.setdefault(NUM_SAMPLES, batch_size_of(batch) or 1)
     return metrics, output
 

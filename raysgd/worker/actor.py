@@ -1,14 +1,22 @@
-"""The Ray actor around one :class:`WorkerRunner`: set-up, calls and control threads."""
+"""The Ray actor around one :class:`WorkerRunner`: set-up, calls and control threads.
+
+This module imports no torch: Ray loads it to create every worker, and a spare must
+be able to do its heavy imports later, at low priority (:meth:`_WorkerActor.warm`).
+"""
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, Dict, Optional
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import ray
 
-from raysgd.worker.process_state import Baseline
-from raysgd.worker.runner import WorkerRunner
+from raysgd.worker.low_priority import run_in_background, threads_left_low
+
+if TYPE_CHECKING:
+    from raysgd.worker.process_state import Baseline
+    from raysgd.worker.runner import WorkerRunner
 
 # How long a remote rank waits at a commit for the driver to take it before
 # training on regardless (it only waits that long if the driver stopped asking).
@@ -18,16 +26,38 @@ COMMIT_WAIT_S = 10.0
 class _WorkerActor:
     """Thin actor around a :class:`WorkerRunner`; tags errors with the rank."""
 
-    def __init__(self):
+    def __init__(self, spare: bool = False):
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
-        self.baseline = Baseline.capture()  # before any user code ran here
+        self.baseline: Optional[Baseline] = None  # taken before any user code runs here
+        if not spare:  # a spare takes it in warm(), at low priority (torch comes with it)
+            self._capture_baseline()
 
-    def warm(self, operator_cls: type) -> bool:
-        """Do now what a worker's first trainer would wait for: import the operator's
-        module (arriving as an argument does) and what DDP imports on first use."""
-        importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
-        return True
+    def _capture_baseline(self) -> None:
+        if self.baseline is None:
+            from raysgd.worker.process_state import Baseline
+            self.baseline = Baseline.capture()
+
+    def warm(self, operator_blob: bytes) -> Dict[str, Any]:
+        """A spare does now what a worker's first trainer would wait for: import torch,
+        raysgd's worker side, what DDP imports on first use and the operator's module
+        (``operator_blob`` is the pickled class, so Ray does not import it at normal
+        priority while handing over the argument). All of it runs in a thread at the lowest
+        CPU priority, so a spare never competes with the training processes beside it.
+        Returns what that thread ran at (``low_priority.run_in_background``)."""
+        torch_before = "torch" in sys.modules
+        # numpy's OpenBLAS starts its thread pool as it loads; those threads must not
+        # inherit the warm-up's idle priority, and numpy itself loads in ~0.1 s.
+        importlib.import_module("numpy")
+
+        def warm_up() -> None:
+            importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
+            self._capture_baseline()
+            importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
+            ray.cloudpickle.loads(operator_blob)
+
+        _, info = run_in_background(warm_up)
+        return {**info, "torch_before": torch_before, "threads_left_low": threads_left_low(exclude=[info["thread"]])}
 
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
@@ -35,11 +65,13 @@ class _WorkerActor:
 
     def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
         self.rank = runner_kwargs["rank"].world_rank
+        self._capture_baseline()  # taken already unless a spare never finished warming
         # The actor reserves no CPU itself (its bundle does), so Ray set OMP_NUM_THREADS to 1;
         # say what the worker has, for libraries and user code that size thread pools by it.
         os.environ["OMP_NUM_THREADS"] = str(runner_kwargs.get("num_threads") or 1)
         if init_hook is not None:
             self.execute_fn(init_hook)
+        from raysgd.worker.runner import WorkerRunner
         self.runner = WorkerRunner(**runner_kwargs)
 
     def release(self) -> bool:
@@ -49,7 +81,8 @@ class _WorkerActor:
             self.runner.shutdown()
             self.runner = None
         self.rank = -1
-        self.baseline.restore()
+        if self.baseline is not None:
+            self.baseline.restore()
         return True
 
     def execute(self, method: str, *args, **kwargs) -> Any:

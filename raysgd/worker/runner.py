@@ -28,6 +28,7 @@ from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents
+from raysgd.worker.returns import call_metrics
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
@@ -153,9 +154,10 @@ class WorkerRunner:
         info = call_info(info, num_steps, epoch_idx, self.settings)
         iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
         self.events.begin("train", _length(iterator, self._call_done_base), self._call_done_base)
-        metrics = self._train_epoch(iterator, info, num_steps, epoch_idx)
+        metrics = call_metrics(self._train_epoch(iterator, info, num_steps, epoch_idx), operator,
+                               "train_epoch")
         self._note_first_step(iterator.done)
-        result = {"epoch": self._passes.epoch, **(metrics or {})}
+        result = {"epoch": self._passes.epoch, **metrics}
         if profile:
             result["profile"] = {**operator.timers.stats(),
                                  "train_epoch_s": time.perf_counter() - start}
@@ -165,8 +167,9 @@ class WorkerRunner:
     def validate(self, num_steps: Optional[int] = None, profile: bool = False,
                  info: Optional[dict] = None) -> Dict[str, Any]:
         operator = self.operator
-        if operator.validation_loader is None:
-            raise ConfigError("validate() needs a validation loader: call "
+        if operator.validation_loader is None:  # an operator may say why in its own terms
+            raise ConfigError(getattr(operator, "missing_validation_message", None) or
+                              "validate() needs a validation loader: call "
                               "self.register_data(validation_loader=...) in setup().")
         operator.timers = TimerCollection(window_size=None) if profile else NULL_TIMERS
         self._begin_call()
@@ -181,7 +184,7 @@ class WorkerRunner:
         # taken after train() is still exact after validate().
         rng_before = rng.get_state()
         try:
-            result = dict(operator.validate(iterator, info) or {})
+            result = call_metrics(operator.validate(iterator, info), operator, "validate")
         finally:
             rng.set_state(rng_before)
         if profile:
