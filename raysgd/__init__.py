@@ -7,9 +7,16 @@ modules it runs, so a warm spare can do its heavy imports (torch, the operator's
 module) in a low-priority thread instead of while Ray loads its actor class.
 """
 import importlib
+from typing import TYPE_CHECKING
 
 from raysgd.errors import (CheckpointError, ConfigError, RaySGDError, ResourcesUnavailableError,
                            TrainerShutdownError, WorkerFailedError)
+
+if TYPE_CHECKING:  # what type checkers and IDEs resolve the lazy names to
+    from raysgd.data.dataset_config import DatasetConfig
+    from raysgd.driver.warm import idle_workers, release_idle_workers
+    from raysgd.operator import TrainingOperator
+    from raysgd.trainer import TorchTrainer
 
 __version__ = "0.1.0"
 

@@ -163,16 +163,18 @@ class WarmSettings:
 
     @classmethod
     def create(cls, reuse_workers: Any, spare_workers: Any, remote_workers: int,
-               use_gpu: bool) -> "WarmSettings":
+               use_gpu: bool, in_trial: bool = False) -> "WarmSettings":
         if not isinstance(reuse_workers, bool):
             raise ConfigError(f"reuse_workers must be True or False, got {reuse_workers!r}.")
         if spare_workers is None:
-            # A spare holds no CPU while idle; a GPU spare would hold a whole GPU.
-            spare_workers = 1 if remote_workers and not use_gpu else 0
+            # A spare holds no CPU while idle; a GPU spare would hold a whole GPU. A Tune
+            # trial retries itself (max_failures), and a spare per trial would multiply by the
+            # trials running.
+            spare_workers = 1 if remote_workers and not use_gpu and not in_trial else 0
         if isinstance(spare_workers, bool) or not isinstance(spare_workers, numbers.Integral) \
                 or spare_workers < 0:
             raise ConfigError(f"spare_workers must be an integer >= 0 or None (1 on CPUs, 0 on "
-                              f"GPUs), got {spare_workers!r}.")
+                              f"GPUs and in Tune trials), got {spare_workers!r}.")
         if spare_workers and not remote_workers:
             raise ConfigError("spare_workers needs remote workers, but every rank runs in the "
                               "driver (use_local=True, num_workers=1); pass spare_workers=0.")

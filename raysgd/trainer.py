@@ -105,8 +105,9 @@ class TorchTrainer:
             num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
             commit_every=check_commit_every(checkpoint_every_n_steps),
             clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
-        self._warm = WarmSettings.create(reuse_workers, spare_workers,
-                                         self.num_workers - (1 if self.use_local else 0), use_gpu)
+        self._warm = WarmSettings.create(
+            reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0), use_gpu,
+            in_trial=_reservation is not None or placement.inside_placement_group())
         idle_timeout_s()  # a bad RAYSGD_IDLE_WORKER_TIMEOUT_S fails here, not at shutdown()
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._data = DataFeed(check_datasets(datasets), check_dataset_config(dataset_config))

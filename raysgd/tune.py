@@ -143,10 +143,6 @@ class BaseTorchTrainable(tune.Trainable):
         """The trial's trainer (Ray 1.12's hook: a direct subclass may override it)."""
         kwargs = dict(self._trainer_kwargs)
         kwargs.update(self._settings(config))
-        # No spare in a trial unless asked for: Tune retries a failed trial itself
-        # (max_failures), a spare per trial multiplies by the trials running, and a trial's
-        # actors are its placement group's (Ray 1.12's Tune tests count them).
-        kwargs.setdefault("spare_workers", 0)
         # A copy per trial: legacy merged into a dict that every trial shared.
         trainer_config = {**dict(kwargs.pop("config", None) or {}), **config}
         group = get_current_placement_group()
@@ -167,7 +163,7 @@ class BaseTorchTrainable(tune.Trainable):
             if not isinstance(result, Mapping):  # Tune would fail on it far from here
                 raise wrong_return(f"override_tune_step {name_of(self._override)}",
                                    result, "a dict of metrics for Tune, e.g. trainer.train()")
-            return result
+            return dict(result)  # Tune asserts a dict
         train = self.trainer.train()
         if self.trainer.has_validation_loader():
             return _merge_results(train, self.trainer.validate())

@@ -98,6 +98,9 @@ def test_warm_settings_defaults_and_validation():
     assert WarmSettings.create(True, None, 2, use_gpu=True).spares == 0  # a spare GPU idles
     assert WarmSettings.create(False, None, 0, use_gpu=False) == WarmSettings(False, 0)
     assert WarmSettings.create(True, 3, 2, use_gpu=False).spares == 3
+    # Inside a Tune trial (or any placement group reserved for this process): none unless asked.
+    assert WarmSettings.create(True, None, 2, use_gpu=False, in_trial=True).spares == 0
+    assert WarmSettings.create(True, 1, 2, use_gpu=False, in_trial=True).spares == 1
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(ConfigError, match="spare_workers must be"):
             WarmSettings.create(True, bad, 2, use_gpu=False)

@@ -71,6 +71,15 @@ def test_num_samples_must_be_a_number(count):
 def test_epoch_hooks_return_a_mapping_or_none():
     assert call_metrics({"a": 1}, Op(), "train_epoch") == {"a": 1}
     assert call_metrics(None, Op(), "validate") == {}
+
+    class Stats:  # duck-typed, as Ray 1.12's dict(**stats) took it
+        def keys(self):
+            return ["loss"]
+
+        def __getitem__(self, key):
+            return 0.5
+
+    assert call_metrics(Stats(), Op(), "train_epoch") == {"loss": 0.5}
     for hook in ("train_epoch", "validate"):
         with pytest.raises(ConfigError, match=rf"^Op\.{hook} returned float \(1\.5\); it must "
                                               r"return a dict of metrics or None"):
@@ -98,6 +107,8 @@ def test_training_step_follows_lightnings_rules():
     with pytest.raises(ConfigError, match=r"^M\.training_step returned a dict without a 'loss' "
                                           r"\(keys: \['acc'\]\)"):
         training_step({"acc": 3}, "M", automatic=True)
+    with pytest.raises(ConfigError, match=r"^M\.training_step returned a dict whose 'loss' is None"):
+        training_step({"loss": None}, "M", automatic=True)
     with pytest.raises(ConfigError, match=r"^M\.training_step returned 'loss': float \(0\.5\); it "
                                           r"must return a loss tensor"):
         training_step({"loss": 0.5}, "M", automatic=True)  # Lightning's backward would fail on it
@@ -125,6 +136,7 @@ SCHEDULER = torch.optim.lr_scheduler.StepLR(OPTIMIZER, 1)
     ("scheduler_creator", torch.optim.lr_scheduler.ReduceLROnPlateau(OPTIMIZER)),
     ("scheduler_creator", None), ("scheduler_creator", []),  # Ray 1.12 registered none then
     ("loss_creator", nn.MSELoss()), ("loss_creator", nn.functional.mse_loss), ("loss_creator", None),
+    ("loss_creator", {"rec": nn.MSELoss(), "kl": nn.KLDivLoss()}),  # a custom train_batch's
     ("data_creator", LOADER), ("data_creator", (LOADER, LOADER)), ("data_creator", [LOADER]),
     ("data_creator", (LOADER, None)), ("data_creator", (None, LOADER))])
 def test_what_ray_1_12_accepted_from_creators_passes(kind, value):
@@ -139,7 +151,6 @@ def test_what_ray_1_12_accepted_from_creators_passes(kind, value):
     ("scheduler_creator", torch.optim.lr_scheduler.StepLR, "a learning-rate scheduler instance"),
     ("scheduler_creator", 0.1, "a learning-rate scheduler instance"),
     ("loss_creator", nn.MSELoss, r"a loss instance such as nn\.MSELoss\(\) \(not the class\)"),
-    ("loss_creator", "mse", "a loss instance"),
     ("data_creator", None, "a train loader, or"), ("data_creator", (LOADER, LOADER, LOADER), "a train"),
     ("data_creator", 3, "a train loader"), ("data_creator", "path/to/data", "a train loader")])
 def test_a_creator_returning_the_wrong_thing_is_named_with_its_operator(kind, value, rule):

@@ -39,6 +39,12 @@ def ray_session() -> tuple:
     return context.get_node_id(), context.get_job_id()
 
 
+def inside_placement_group() -> bool:
+    """Whether this process runs inside a placement group someone else reserved (a Tune
+    trial's actor, for one); False before Ray starts."""
+    return ray.is_initialized() and ray.util.get_current_placement_group() is not None
+
+
 def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -38,6 +39,11 @@ PROBE_S = 5.0  # how long an idle crew may take to answer before it is replaced
 # How long recovery waits for a spare that is still warming up. New processes for every rank
 # take longer than that, and a spare Ray cannot place (no room) must not hold recovery up.
 SPARE_WAIT_S = 3.0
+# How much longer it waits for a spare whose process runs but is still warming up: its warm-up
+# runs at idle priority, so while every rank trained it may have had little CPU; the dead rank's
+# core is free now, and what is left of its imports takes less than new processes for every
+# rank (which import everything from scratch) would.
+SPARE_WARMING_WAIT_S = 20.0
 
 
 class BesideBundles:
@@ -94,6 +100,15 @@ class Spare:
             ray.wait([self.ready], timeout=wait_s)
         return self._outcome() is True
 
+    def is_running(self, wait_s: float = 1.0) -> bool:
+        """Whether the spare's process runs: its control thread answers while the warm-up
+        holds the main one (a spare Ray has not placed or started does not)."""
+        done, _ = ray.wait([self.actor.progress.remote()], timeout=wait_s)
+        try:
+            return bool(done) and ray.get(done[0]) is not None
+        except (RayActorError, RayTaskError):
+            return False
+
     def failed(self) -> bool:
         """Died before or while warming up (it is then replaced)."""
         return self._outcome() is False
@@ -107,6 +122,24 @@ class Spare:
             return True
         except (RayActorError, RayTaskError):
             return False
+
+
+def ready_spares(spares: List[Spare], count: int) -> List[Spare]:
+    """Up to ``count`` of ``spares`` that are warm: any ready within ``SPARE_WAIT_S``, then,
+    if too few, any whose process runs and that finish warming within
+    ``SPARE_WARMING_WAIT_S``."""
+    ready: List[Spare] = []
+    for wait_s, candidates in ((SPARE_WAIT_S, spares), (SPARE_WARMING_WAIT_S, None)):
+        if candidates is None:  # second round: only the ones already running
+            candidates = [spare for spare in spares if spare not in ready and spare.is_running()]
+        deadline = time.monotonic() + wait_s
+        for spare in candidates:
+            if len(ready) < count and spare not in ready and \
+                    spare.is_ready(max(0.0, deadline - time.monotonic())):
+                ready.append(spare)
+        if len(ready) >= count:
+            break
+    return ready
 
 
 def start_spares(count: int, residence_: Any, operator_cls: type, nodes: List[str]) -> List[Spare]:

@@ -198,15 +198,9 @@ class WorkerGroup(FanOut):
         group, operators built anew); the survivors keep their processes. Returns the
         operators' summaries; on a failure the caller stops the group."""
         offset = self._first_remote
-        deadline = time.monotonic() + warm_processes.SPARE_WAIT_S
-        ready = []
-        for spare in self.spares:
-            if len(ready) < len(ranks) and spare.is_ready(max(0.0, deadline - time.monotonic())):
-                ready.append(spare)
+        ready = warm_processes.ready_spares(self.spares, len(ranks))
         if len(ready) < len(ranks):
-            raise ResourcesUnavailableError(
-                f"{len(ready)} of {len(ranks)} spare(s) ready within "
-                f"{warm_processes.SPARE_WAIT_S:g}s")
+            raise ResourcesUnavailableError(f"{len(ready)} of {len(ranks)} spare(s) warm in time")
         for rank, spare in zip(ranks, ready):
             warm_processes.kill(self.actors[rank - offset])
             self.actors[rank - offset] = spare.actor

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import ray
 
-from raysgd.worker.low_priority import run_in_background, threads_left_low
+from raysgd.worker.low_priority import run_in_background
 
 if TYPE_CHECKING:
     from raysgd.worker.process_state import Baseline
@@ -57,7 +57,7 @@ class _WorkerActor:
             ray.cloudpickle.loads(operator_blob)
 
         _, info = run_in_background(warm_up)
-        return {**info, "torch_before": torch_before, "threads_left_low": threads_left_low(exclude=[info["thread"]])}
+        return {**info, "torch_before": torch_before}
 
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),

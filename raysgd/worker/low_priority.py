@@ -13,14 +13,18 @@ work runs in a thread of its own that ends with it: the process's other threads,
 and every thread started later (the training thread, OpenMP's pool, gloo's), keep
 normal priority. A thread that a library starts *while* being imported would inherit
 the idle class (OpenBLAS starts its pool when numpy loads), so callers import such
-libraries first, at normal priority; :func:`threads_left_low` finds any that slipped.
+libraries first, at normal priority; any that slipped through are put back where the
+process may (root, ``CAP_SYS_NICE``) and named in a warning where it may not.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+logger = logging.getLogger("raysgd")
 
 NORMAL = "normal"
 
@@ -66,18 +70,46 @@ def threads_left_low(exclude: Iterable[int] = ()) -> List[int]:
     return low
 
 
+def raise_back(threads: Iterable[int]) -> List[int]:
+    """Put ``threads`` back to the normal class at the main thread's nice value; returns
+    those this process may not raise (no ``CAP_SYS_NICE``)."""
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    stuck = []
+    for tid in threads:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, tid, base)
+        except ProcessLookupError:
+            continue  # it ended meanwhile
+        except OSError:
+            stuck.append(tid)
+    return stuck
+
+
+def _thread_names(tids: Iterable[int]) -> List[str]:
+    names = []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as handle:
+                names.append(f"{handle.read().strip()} ({tid})")
+        except OSError:
+            names.append(str(tid))
+    return names
+
+
 def run_in_background(fn: Callable[[], Any]) -> Tuple[Any, Dict[str, Any]]:
-    """``fn()`` in a new thread at the lowest priority; its result and what the thread
-    ran at (``priority``, its ``thread`` id and, on Linux, its ``policy`` and ``nice``).
+    """``fn()`` in a new thread at the lowest priority; its result and what the thread ran
+    at (``priority``, its ``thread`` id and, on Linux, its ``policy`` and ``nice``), plus
+    ``threads_left_low``: threads ``fn`` started that are still low (see the module's doc).
     ``fn``'s exception is raised here."""
     outcome: Dict[str, Any] = {}
 
     def body() -> None:
-        outcome["thread"] = threading.get_native_id()
-        outcome["priority"] = lower_this_thread()
-        if sys.platform.startswith("linux"):
-            outcome["policy"], outcome["nice"] = thread_priority(threading.get_native_id())
         try:
+            outcome["thread"] = threading.get_native_id()
+            outcome["priority"] = lower_this_thread()
+            if sys.platform.startswith("linux"):
+                outcome["policy"], outcome["nice"] = thread_priority(outcome["thread"])
             outcome["result"] = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
@@ -88,4 +120,9 @@ def run_in_background(fn: Callable[[], Any]) -> Tuple[Any, Dict[str, Any]]:
     if "error" in outcome:
         raise outcome["error"]
     info = {key: outcome[key] for key in ("priority", "thread", "policy", "nice") if key in outcome}
+    info["threads_left_low"] = raise_back(threads_left_low(exclude=[outcome["thread"]]))
+    if info["threads_left_low"]:
+        logger.warning("raysgd: thread(s) %s started during a low-priority warm-up keep its "
+                       "priority (this process may not raise it); import the library that "
+                       "starts them before the warm-up", _thread_names(info["threads_left_low"]))
     return outcome.get("result"), info

@@ -112,7 +112,9 @@ def call_metrics(value: Any, owner: Any, hook: str) -> Dict[str, Any]:
     """A dict of one call's metrics (``train_epoch``/``validate``)."""
     if value is None:
         return {}
-    if isinstance(value, Mapping):
+    # Ray 1.12 took anything dict() takes (keys() and [] suffice).
+    if isinstance(value, Mapping) or (callable(getattr(value, "keys", None))
+                                      and hasattr(value, "__getitem__")):
         return dict(value)
     raise hook_error(owner, hook, value)
 
@@ -131,11 +133,12 @@ def training_step(value: Any, owner: Any, automatic: bool, hook: str = "training
     if isinstance(value, Mapping):
         loss = value.get("loss")
         if automatic and loss is None:  # Lightning raises here too
+            what = ("whose 'loss' is None" if "loss" in value else
+                    f"without a 'loss' (keys: {sorted(map(str, value))})")
             raise ConfigError(
-                f"{name_of(owner)}.{hook} returned a dict without a 'loss' (keys: "
-                f"{sorted(map(str, value))}); with automatic optimization the dict must hold "
-                "the loss to backpropagate: return {'loss': loss, ...}, or return None to "
-                "skip the batch.")
+                f"{name_of(owner)}.{hook} returned a dict {what}; with automatic optimization "
+                "the dict must hold the loss to backpropagate: return {'loss': loss, ...}, or "
+                "return None to skip the batch.")
         if automatic and not isinstance(loss, torch.Tensor):
             raise hook_error(owner, hook, loss, TRAINING_STEP, what="'loss': ")
         return loss, {k: v for k, v in value.items() if k != "loss"}
@@ -175,7 +178,10 @@ def _is_loaders(value: Any) -> bool:
 
 
 def _is_loss(value: Any) -> bool:
-    return value is None or (callable(value) and not isinstance(value, type))
+    # Ray 1.12 kept whatever came back as the criterion (a custom train_batch may use a dict
+    # of losses); only a class is surely a mistake: the default loop would call it with
+    # (output, target) and build a module instead of a loss.
+    return not isinstance(value, type)
 
 
 CREATORS: Dict[str, tuple] = {
@@ -186,8 +192,9 @@ CREATORS: Dict[str, tuple] = {
     "scheduler_creator": (_many(_has("step", "state_dict", "load_state_dict"), none_ok=True),
                           "a learning-rate scheduler instance (torch.optim.lr_scheduler), "
                           "a list/tuple of them, or None"),
-    "loss_creator": (_is_loss, "a loss instance such as nn.MSELoss() (not the class), or a "
-                               "function (output, target) -> loss"),
+    "loss_creator": (_is_loss, "a loss instance such as nn.MSELoss() (not the class), a "
+                               "function (output, target) -> loss, or what your train_batch "
+                               "uses as self.criterion"),
     "data_creator": (_is_loaders, "a train loader, or (train_loader, validation_loader) "
                                   "(either may be None; the train loader then comes from "
                                   "trainer.train(dataset=...))"),
