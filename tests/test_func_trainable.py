@@ -223,6 +223,21 @@ def test_tuner_two_workers_reports_checkpoints_and_restores(ray_cpus, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_workers_tune_context_names_the_trial(ray_cpus, tmp_path):
+    """Ray 1.12's _train_validate_session: every worker's session knows its trial."""
+    from ray import tune
+
+    from raysgd.torch.func_trainable import _train_validate_session
+
+    tuner = tune.Tuner(make(_train_validate_session, num_workers=2),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), name="session",
+                                                 stop={"training_iteration": 1}, verbose=0))
+    results = tuner.fit()
+    assert not results.errors
+    assert results[0].metrics["seen_trial_id"] == results[0].metrics["trial_id"]  # Tune's own
+
+
+@pytest.mark.slow
 def test_killed_worker_restarts_the_function_from_the_last_checkpoint(ray_cpus):
     trainable = make(ranked_epochs)(config={"epochs": 6})
     try:

@@ -69,6 +69,19 @@ def train_check_global(config: Dict[str, Any], checkpoint_dir: Optional[str] = N
     _report(is_distributed=True)
 
 
+def train_validate_session(config: Dict[str, Any], checkpoint_dir: Optional[str] = None) -> None:
+    """Fails unless Tune's context on this worker names the trial that runs it (Ray 1.12's
+    ``_train_validate_session`` check; 1.12 read ``tune.session``, today's API is
+    ``ray.tune.get_context``)."""
+    from ray import tune
+
+    context = tune.get_context()
+    names = (context.get_trial_id(), context.get_trial_name())
+    if any(name in (None, "", "default") for name in names):
+        raise AssertionError(f"the worker's Tune session does not name its trial: {names}")
+    _report(seen_trial_id=names[0])
+
+
 def train_digits(config: Dict[str, Any], checkpoint_dir: Optional[str] = None) -> None:
     """The digits CNN, data-parallel; resumes from ``checkpoint_dir`` when Tune restores."""
     torch.manual_seed(0)  # the same initial weights on every rank
