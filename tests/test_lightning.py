@@ -367,6 +367,10 @@ def test_modules_with_constructor_arguments_instances_and_factories(trainer_fact
         assert identical(*trainer.apply_all_operators(lambda op: params(op.get_model())))
         trainer.shutdown()
     assert identical(params(net), driver_weights)  # the driver's instance was not trained
+    # The class alone: raysgd guesses TokenClassifier(config); the worker says what it passed.
+    with pytest.raises(ConfigError, match=r"TokenClassifier\(vocab_size\) as "
+                                          r"TokenClassifier\(config\) failed.*as 'vocab_size'"):
+        trainer_factory(TrainingOperator.from_ptl(TokenClassifier), config={"lr": 0.05})
 
 
 def test_partials_in_the_constructor_and_a_plateau_on_a_forked_epoch_key(trainer_factory):
