@@ -343,6 +343,8 @@ class TorchTrainer:
         missing = [rank for rank, caps in enumerate(capabilities) if not caps[capability]]
         if missing:
             slot = loader.replace("_loader", "")
+            if capabilities[missing[0]].get(f"{slot}_missing"):  # the operator's own words
+                raise ConfigError(capabilities[missing[0]][f"{slot}_missing"])
             raise ConfigError(f"{call} needs a {loader}, but {self.operator_cls.__name__}.setup() "
                               f"registered none on rank(s) {missing}; call "
                               f"self.register_data({loader}=...) in setup(), or pass a Ray "

@@ -1,7 +1,9 @@
 """LightningModules on a real Ray with 2 gloo workers: automatic and manual optimization (raw
 optimizers and all_gather included), logging averaged across workers, scheduler intervals, a
 plateau scheduler on a validation metric kept by a rollback, bf16, save/load, recovery after a
-kill, and the example script. The modules live here; Ray workers import this file by name."""
+kill, the example script, modules with constructor arguments (given as arguments, an instance
+or a factory), forked on_step/on_epoch keys, and validate() without validation_step. The modules live here; Ray workers import this file by name."""
+import functools
 import os
 import re
 import signal
@@ -21,6 +23,7 @@ pl = pytest.importorskip("pytorch_lightning",
 torchmetrics = pytest.importorskip("torchmetrics")  # a dependency of pytorch_lightning
 
 from raysgd import TorchTrainer, TrainingOperator  # noqa: E402
+from raysgd.errors import ConfigError  # noqa: E402
 from raysgd.lightning.errors import TrainerAttributeError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
@@ -168,6 +171,84 @@ class TouchesStrategy(Regressor):
         return self.trainer.strategy.reduce(torch.tensor(1.0))
 
 
+# Constructor styles of public LightningModules, which from_ptl(Module) alone cannot build.
+class TokenClassifier(pl.LightningModule):
+    """``__init__(self, vocab_size)``: tokens 0..vocab_size-1, label = token is even."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        torch.manual_seed(0)
+        self.vocab_size = vocab_size
+        self.embed = nn.Embedding(vocab_size, 8)
+        self.head = nn.Linear(8, 2)
+
+    def train_dataloader(self):
+        tokens = torch.arange(256) % self.vocab_size
+        return DataLoader(TensorDataset(tokens, tokens % 2), batch_size=32, shuffle=True)
+
+    def training_step(self, batch, batch_idx):
+        tokens, labels = batch
+        return F.cross_entropy(self.head(self.embed(tokens)), labels)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.05)
+
+
+class WrapsModel(pl.LightningModule):
+    """``__init__(self, model: nn.Module, lr)``, built on the driver or by a factory."""
+
+    def __init__(self, model: nn.Module, lr):
+        super().__init__()
+        self.model, self.lr = model, lr
+
+    def train_dataloader(self):
+        return DataLoader(regression(), batch_size=32, shuffle=True)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.model(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class TemplateModule(pl.LightningModule):
+    """The Hydra template's ``__init__(self, net, optimizer: partial, scheduler: partial,
+    compile: bool)``; its plateau scheduler monitors the forked ``val/loss_epoch``."""
+
+    def __init__(self, net, optimizer: functools.partial, scheduler: functools.partial,
+                 compile: bool):
+        super().__init__()
+        self.save_hyperparameters(logger=False, ignore=["net"])
+        self.net = net
+
+    def train_dataloader(self):
+        return DataLoader(regression(), batch_size=32, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(regression(seed=1), batch_size=64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.net(x), y)
+        self.log("train/loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val/loss", F.mse_loss(self.net(x), y), on_step=True, on_epoch=True)
+
+    def configure_optimizers(self):
+        optimizer = self.hparams.optimizer(params=self.parameters())
+        scheduler = self.hparams.scheduler(optimizer=optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
+                                                         "monitor": "val/loss_epoch"}}
+
+
+class ValLoaderNoStep(Regressor):
+    validation_step = pl.LightningModule.validation_step  # Lightning's (empty) one
+
+
 def params(module):
     return [p.detach().clone() for p in module.parameters()]
 
@@ -268,6 +349,53 @@ def test_unsupported_trainer_attribute_names_itself():
             trainer.train()
     finally:
         trainer.shutdown()
+
+
+def test_modules_with_constructor_arguments_instances_and_factories(trainer_factory):
+    net = nn.Linear(4, 1)
+    driver_weights = params(net)
+    instance = WrapsModel(net, lr=0.05)
+    operators = [
+        TrainingOperator.from_ptl(TokenClassifier, module_args=(16,)),
+        TrainingOperator.from_ptl(instance),  # shipped pickled: each worker trains a copy
+        TrainingOperator.from_ptl(lambda config: WrapsModel(nn.Linear(4, 1), lr=config["lr"])),
+    ]
+    for operator in operators:
+        trainer = trainer_factory(operator, config={"lr": 0.05})
+        first, second = trainer.train(), trainer.train()
+        assert second["train_loss"] < first["train_loss"], operator.__name__
+        assert identical(*trainer.apply_all_operators(lambda op: params(op.get_model())))
+        trainer.shutdown()
+    assert identical(params(net), driver_weights)  # the driver's instance was not trained
+    # The class alone: raysgd guesses TokenClassifier(config); the worker says what it passed.
+    with pytest.raises(ConfigError, match=r"TokenClassifier\(vocab_size\) as "
+                                          r"TokenClassifier\(config\) failed.*as 'vocab_size'"):
+        trainer_factory(TrainingOperator.from_ptl(TokenClassifier), config={"lr": 0.05})
+
+
+def test_partials_in_the_constructor_and_a_plateau_on_a_forked_epoch_key(trainer_factory):
+    operator = TrainingOperator.from_ptl(TemplateModule, module_kwargs=dict(
+        net=nn.Linear(4, 1), optimizer=functools.partial(torch.optim.SGD, lr=0.05),
+        scheduler=functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, mode="max",
+                                    factor=0.5, patience=0), compile=False))
+    trainer = trainer_factory(operator)
+    result = trainer.train()
+    assert result["train/loss_epoch"] == result["train/loss"]  # the call's average
+    assert result["train/loss_step"] == result["last_train/loss"]  # its last batch
+    first = trainer.validate()
+    assert {"val/loss", "val/loss_epoch", "val/loss_step"} <= set(first)
+    trainer.train()
+    assert trainer.validate()["val/loss_epoch"] < first["val/loss_epoch"]
+    assert lrs(trainer) == [0.025, 0.025]  # mode="max": the fall read as no improvement
+
+
+def test_validate_without_validation_step_is_refused_in_lightnings_terms(trainer_factory):
+    trainer = trainer_factory(TrainingOperator.from_ptl(ValLoaderNoStep),
+                              config={"interval": "epoch"})
+    with pytest.raises(ConfigError, match=r"No validation_step\(\) method defined to run "
+                                          r"validate\(\).*ValLoaderNoStep"):
+        trainer.validate()
+    assert trainer.train()["num_samples"] == 256  # still usable
 
 
 def read_step(pid_dir):

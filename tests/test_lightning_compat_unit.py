@@ -244,7 +244,7 @@ def test_step_end_hooks_and_the_epoch_outputs_1x_hands_on():
     assert len(collected) == 2  # None and an empty dict are dropped
 
 
-def test_epoch_end_hooks_run_once_per_call_with_outputs_and_must_return_none():
+def test_epoch_end_hooks_run_once_per_call_with_outputs_and_what_they_return():
     class EpochEnds(Legacy):
         seen = []
 
@@ -260,14 +260,21 @@ def test_epoch_end_hooks_run_once_per_call_with_outputs_and_must_return_none():
 
         def validation_epoch_end(self, outputs):
             self.seen.append(("val", [o["n"] for o in outputs]))
-            return outputs  # 1.x required None
+            return self.returns  # Lightning 1.6+ wants None; Ray 1.12 reported a dict or tensor
 
     runner = runner_for(TrainingOperator.from_ptl(EpochEnds))
     assert runner.train_epoch()["from_epoch_end"] == 1.0
     assert EpochEnds.seen == [("train", 4, 1.0)]  # 32 samples, batches of 8
-    with pytest.raises(ConfigError, match="validation_epoch_end returned list; it must return None"):
-        runner.validate()
+    module = runner.operator.get_model()
+    module.returns = {"val_total": torch.tensor(32.0), "note": "text"}
+    assert runner.validate()["val_total"] == 32.0  # its one-number entries, as 1.12 read them
     assert EpochEnds.seen[-1] == ("val", [16, 16])
+    module.returns = torch.tensor(0.5)
+    assert runner.validate()["val_loss"] == 0.5
+    module.returns = [1]
+    with pytest.raises(ConfigError, match="validation_epoch_end returned list; it must return "
+                                          "None.*Ray 1.12.*a dict of metrics"):
+        runner.validate()
 
 
 # ------------------------------------------------------------- on_step / on_epoch key names

@@ -1,4 +1,4 @@
-"""Lightning 2.x ``LightningModule`` training on raysgd: ``TrainingOperator.from_ptl(...)``.
+"""``LightningModule`` training on raysgd (Lightning 2.x, or 1.6-1.9): ``TrainingOperator.from_ptl(...)``.
 
 Needs ``pytorch_lightning`` or ``lightning`` (``pip install raysgd[lightning]``);
 ``import raysgd`` never imports this package.

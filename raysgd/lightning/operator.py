@@ -168,10 +168,10 @@ class LightningOperator(TrainingOperator):
                 self._count_batch(meters, metrics, logged)
                 v1.EpochOutputs.add(meters.outputs, outputs, training=True)
             self._stepper.end_of_batches()
-            self._epoch_outputs.end("train", meters.outputs)  # before on_train_epoch_end, as 1.x
+            returned = self._epoch_outputs.end("train", meters.outputs)  # before on_train_epoch_end
             meters.outputs = None
             module.on_train_epoch_end()
-            summary = {**meters.summary(), **logs.end_epoch()}
+            summary = {**meters.summary(), **logs.end_epoch(), **returned}
             self._note_callback_metrics(summary)
             self._stepper.after_train(summary, can_validate=self.validation_loader is not None)
         return summary
@@ -241,9 +241,9 @@ class LightningOperator(TrainingOperator):
                     metrics, output = steps.validation_step(self, batch, batch_idx)
                     self._count_batch(meters, metrics, logs.end_batch())
                     v1.EpochOutputs.add(outputs, output, training=False)
-            self._epoch_outputs.end("validate", outputs)  # before on_validation_epoch_end
+            returned = self._epoch_outputs.end("validate", outputs)  # before on_validation_epoch_end
             module.on_validation_epoch_end()
-            summary = {**meters.summary(), **logs.end_epoch()}
+            summary = {**meters.summary(), **logs.end_epoch(), **returned}
             module.on_validation_end()
             if building.overrides(module, "on_validation_model_train"):
                 module.on_validation_model_train()

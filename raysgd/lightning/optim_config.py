@@ -69,7 +69,8 @@ def parse_optimizers(conf: Any, automatic: bool = True) -> Tuple[list, List[Sche
     if automatic and len(optimizers) > 1:
         raise ConfigError(
             f"configure_optimizers() returned {len(optimizers)} optimizers, but Lightning 2.x "
-            "trains several optimizers only with manual optimization: set "
+            "trains several optimizers only with manual optimization, and so does raysgd for "
+            "1.x modules (no training_step(batch, batch_idx, optimizer_idx)): set "
             "self.automatic_optimization = False in __init__ and step them in training_step "
             "(opt_a, opt_b = self.optimizers()).")
     specs = [_spec(item, monitor, automatic) for item in schedulers]

@@ -12,6 +12,10 @@ returns pickles and saves like any module. Inside them an instance
 state (Lightning's own drops the trainer), so ``torch.save(self)`` or
 ``copy.deepcopy(self)`` in a hook never drags the operator along.
 
+While attached, the module also gets ``v1``'s wrappers (an overridden
+``training_step_end`` / ``validation_step_end`` applied to the step's output) and, for
+a Lightning 1.x module, adapters that give its hooks the 2.x signatures raysgd calls.
+
 Attaching is re-entrant (a commit taken between batches saves the module's
 checkpoint hooks inside ``train()``) and assumes one thread drives the
 operator at a time, which the runner guarantees.

@@ -24,9 +24,9 @@ For a module of either version, :func:`step_end_wrappers` applies an overridden
 ``training_step_end`` / ``validation_step_end`` to the step's output (a ``None``
 from it keeps the step's own output, as in 1.x), and :class:`EpochOutputs`
 collects the step outputs that ``training_epoch_end(outputs)`` /
-``validation_epoch_end(outputs)`` receive (only when the module overrides them).
-Lightning 2.0 removed those four hooks; raysgd calls them whatever the version, so
-code ported from Ray 1.x runs unchanged.
+``validation_epoch_end(outputs)`` receive (only when the module overrides them); what
+those return is read as Ray 1.12 read it. Lightning 2.0 removed those four hooks; raysgd
+calls them whatever the version, so code ported from Ray 1.x runs unchanged.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ import torch
 
 from raysgd.errors import ConfigError
 from raysgd.lightning.compat import find_base, is_overridden
+from raysgd.lightning.steps import scalars
 
 # 1.x hooks raysgd does not call, and why (said once per worker at set-up).
 NOT_CALLED = {
@@ -139,15 +140,27 @@ class EpochOutputs:
         if entry is not None:
             collected.append(entry)
 
-    def end(self, phase: str, collected: Optional[List[Any]]) -> None:
-        """Calls the phase's epoch-end hook (training: only with outputs, as 1.x did)."""
+    def end(self, phase: str, collected: Optional[List[Any]]) -> Dict[str, float]:
+        """Calls the phase's epoch-end hook (training: only with outputs, as 1.x did).
+
+        Returns metrics for the call's results: Lightning 1.6+ wants ``None`` (values go
+        through ``self.log``), but Ray 1.12 reported what the hook returned, a dict of
+        metrics or a loss tensor, so those are merged into the results as 1.12 read them.
+        """
         if collected is None or (phase == "train" and not collected):
-            return
-        returned = getattr(self.module, EPOCH_END[phase])(collected)
-        if returned is not None:
-            raise ConfigError(f"{type(self.module).__name__}.{EPOCH_END[phase]} returned "
-                              f"{type(returned).__name__}; it must return None (log values with "
-                              "self.log instead), as Lightning 1.x required.")
+            return {}
+        hook = EPOCH_END[phase]
+        returned = getattr(self.module, hook)(collected)
+        if returned is None:
+            return {}
+        if isinstance(returned, torch.Tensor) and returned.numel() == 1:
+            return {"train_loss" if phase == "train" else "val_loss": float(returned.item())}
+        if isinstance(returned, Mapping):
+            return scalars(returned)
+        raise ConfigError(f"{type(self.module).__name__}.{hook} returned "
+                          f"{type(returned).__name__}; it must return None and log values with "
+                          "self.log (Lightning 1.6+), or, as Ray 1.12 read it, a dict of metrics "
+                          "or a one-element loss tensor.")
 
 
 def training_entry(output: Any) -> Optional[Dict[str, Any]]:

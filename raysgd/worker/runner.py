@@ -122,6 +122,8 @@ class WorkerRunner:
         self._train_epoch = EpochCaller(self.operator)
         return {"has_train_loader": loaders["train"] is not None,
                 "has_validation_loader": loaders["validation"] is not None,
+                "validation_missing": None if loaders["validation"] is not None else getattr(
+                    self.operator, "missing_validation_message", None),  # the operator's why
                 "num_models": len(self.operator._models),
                 # Only rank 0's datasets are split; the others need not travel.
                 "ray_datasets": datasets if self.rank.world_rank == 0 else {}}
