@@ -356,3 +356,22 @@ def test_validate_without_validation_step_says_so_in_lightnings_terms():
     with pytest.raises(ConfigError, match="StepOnly defines validation_step but no validation "
                                           "data.*val_dataloader"):
         runner_for(TrainingOperator.from_ptl(StepOnly)).validate()
+
+
+def test_a_commit_copies_1x_step_outputs_still_on_the_graph():
+    """1.x keeps a step's extra outputs as returned (on the autograd graph); an in-epoch
+    commit deep-copies the meters, which must not fail on them (deepcopy refuses non-leaf
+    tensors) and must not alias or keep the graph."""
+    import copy
+
+    from raysgd.lightning.logs import LoggedMeters
+
+    weight = torch.ones(2, requires_grad=True)
+    preds = weight * 3  # not a leaf
+    meters = LoggedMeters()
+    meters.outputs = [{"loss": preds.sum().detach(), "preds": preds}]
+    copied = copy.deepcopy(meters)
+    assert copied.outputs[0]["preds"].grad_fn is None
+    assert torch.equal(copied.outputs[0]["preds"], preds.detach())
+    assert copied.outputs[0]["preds"].data_ptr() != preds.data_ptr()
+    assert meters.outputs[0]["preds"] is preds  # the live list keeps what the step returned

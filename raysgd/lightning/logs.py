@@ -21,12 +21,14 @@ needed: every metric is reduced across workers on the driver.
 """
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
 from typing import Any, Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional
 
 import torch
 
+from raysgd.worker.batches import map_tensors
 from raysgd.worker.metrics import AverageMeter, AverageMeterCollection
 
 # Keywords of Lightning 1.x's self.log that 2.x dropped: accepted, and ignored but for
@@ -83,6 +85,17 @@ class LoggedMeters(AverageMeterCollection):
         self.logged: Dict[str, AverageMeter] = {}
         self.forked: set = set()
         self.outputs: Optional[list] = None  # training_epoch_end's (raysgd.lightning.v1)
+
+    def __deepcopy__(self, memo: dict) -> "LoggedMeters":
+        # An in-epoch commit copies the meters. 1.x step outputs may hold tensors still on the
+        # autograd graph (deepcopy refuses those) or on a GPU (a commit may be read on a driver
+        # without one), so the copy keeps detached CPU clones of them.
+        clone = type(self).__new__(type(self))
+        state = {key: value for key, value in self.__dict__.items() if key != "outputs"}
+        clone.__dict__.update(copy.deepcopy(state, memo))
+        clone.outputs = None if self.outputs is None else map_tensors(
+            self.outputs, lambda tensor: tensor.detach().cpu().clone())
+        return clone
 
     def add_logged(self, logged: Logged, num_samples: int) -> None:
         for name, value in logged.values.items():

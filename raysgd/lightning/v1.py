@@ -37,6 +37,7 @@ import torch
 
 from raysgd.errors import ConfigError
 from raysgd.lightning.compat import find_base, is_overridden
+from raysgd.worker.batches import map_tensors
 from raysgd.lightning.steps import scalars
 
 # 1.x hooks raysgd does not call, and why (said once per worker at set-up).
@@ -150,6 +151,9 @@ class EpochOutputs:
         if collected is None or (phase == "train" and not collected):
             return {}
         hook = EPOCH_END[phase]
+        device = getattr(self.module, "device", None)
+        if isinstance(device, torch.device) and device.type != "cpu":  # restored from a commit
+            collected = map_tensors(collected, lambda tensor: tensor.to(device))
         returned = getattr(self.module, hook)(collected)
         if returned is None:
             return {}

@@ -1,11 +1,22 @@
 """Batches: checking their shape, moving them to a device, cutting them into micro-batches."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from raysgd.errors import ConfigError
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply ``fn`` to every tensor inside nested dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return type(obj)((key, map_tensors(value, fn)) for key, value in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(value, fn) for value in obj)
+    return obj
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:

@@ -23,6 +23,7 @@ from raysgd.errors import CheckpointError, ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.worker import distributed, rng
+from raysgd.worker.batches import map_tensors
 from raysgd.worker.handoff import CommitHandoff
 from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
@@ -30,17 +31,6 @@ from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents
 from raysgd.worker.returns import call_metrics
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
-
-
-def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply ``fn`` to every tensor inside nested dicts, lists and tuples."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return type(obj)((key, map_tensors(value, fn)) for key, value in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(map_tensors(value, fn) for value in obj)
-    return obj
 
 
 def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
