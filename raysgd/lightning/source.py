@@ -4,9 +4,9 @@
   every worker calls ``LitModel(*module_args, **module_kwargs)`` on its own copy of
   the arguments (they travel pickled, so an ``nn.Module`` or ``functools.partial``
   argument is fine).
-* **A class alone** keeps Ray 1.12's rule: ``LitModel(config=config)`` when the
-  constructor has a ``config`` parameter, ``LitModel(config)`` when it has one
-  required positional parameter, ``LitModel()`` when it has none.
+* **A class alone** keeps Ray 1.12's rule, ``LitModel(config=config)`` when the
+  constructor has a ``config`` parameter and ``LitModel()`` when it has no required
+  one, and extends it: ``LitModel(config)`` when it has one required positional parameter.
 * **An instance built on the driver**, ``from_ptl(LitModel(net, lr=1e-3))``: shipped
   to every worker pickled, as Lightning's spawn strategies ship it; each worker trains
   its own copy (the driver's object is never trained: ``trainer.get_model()`` returns
@@ -139,8 +139,8 @@ def check_constructor(source: ModuleSource) -> None:
         raise ConfigError(
             f"from_ptl({cls.__name__}): {cls.__name__}{_signature(cls)} needs "
             f"{', '.join(p.name for p in required)}, but given the class alone raysgd builds it "
-            f"as {cls.__name__}(config) (Ray 1.12's rule: the trainer's config dict as the only "
-            f"argument). To build it with its own arguments, {STYLES.format(name=cls.__name__)}.")
+            f"as {cls.__name__}(config) (Ray 1.12 passed config= by keyword or nothing; raysgd also "
+            f"passes the trainer's config dict as the only positional argument). To build it with its own arguments, {STYLES.format(name=cls.__name__)}.")
 
 
 def construct(cls: type, config: dict, fix: Optional[str] = None) -> Any:
@@ -165,8 +165,8 @@ def construct(cls: type, config: dict, fix: Optional[str] = None) -> Any:
         raise ConfigError(
             f"Building {cls.__name__}{_signature(cls)} as {cls.__name__}(config) failed: "
             f"{type(error).__name__}: {error}. Given the class alone, raysgd passes the "
-            f"trainer's config dict ({_short(config)}) as '{required[0].name}' (Ray 1.12's "
-            f"rule). If {cls.__name__} takes something else, "
+            f"trainer's config dict ({_short(config)}) as '{required[0].name}' (raysgd's "
+            f"extension of Ray 1.12's rule). If {cls.__name__} takes something else, "
             f"{fix or STYLES.format(name=cls.__name__)}.") from error
 
 
