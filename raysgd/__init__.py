@@ -16,18 +16,20 @@ if TYPE_CHECKING:  # what type checkers and IDEs resolve the lazy names to
     from raysgd.data.dataset_config import DatasetConfig
     from raysgd.driver.warm import idle_workers, release_idle_workers
     from raysgd.operator import TrainingOperator
+    from raysgd.strategy import DDP, FSDP
     from raysgd.trainer import TorchTrainer
 
 __version__ = "0.1.0"
 
-__all__ = ["TorchTrainer", "TrainingOperator", "DatasetConfig", "RaySGDError", "ConfigError", "CheckpointError",
+__all__ = ["TorchTrainer", "TrainingOperator", "DatasetConfig", "FSDP", "DDP", "RaySGDError", "ConfigError", "CheckpointError",
            "TrainerShutdownError", "WorkerFailedError", "ResourcesUnavailableError",
            "idle_workers", "release_idle_workers", "PyTorchTrainer"]
 
 # Public name -> the module that defines it, imported on first access.
 _LAZY = {"TorchTrainer": "raysgd.trainer", "TrainingOperator": "raysgd.operator",
          "DatasetConfig": "raysgd.data.dataset_config", "idle_workers": "raysgd.driver.warm",
-         "release_idle_workers": "raysgd.driver.warm"}
+         "release_idle_workers": "raysgd.driver.warm", "FSDP": "raysgd.strategy",
+         "DDP": "raysgd.strategy"}
 
 
 def PyTorchTrainer(**kwargs):

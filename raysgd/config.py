@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
-from raysgd.constants import (SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH, SCHEDULER_STEP_MANUAL,
-                              env_seconds)
+from raysgd.constants import (BATCH_SIZE, SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH,
+                              SCHEDULER_STEP_MANUAL, env_seconds)
 from raysgd.errors import ConfigError
+from raysgd.strategy import DDP, FSDP
 
 SCHEDULER_STEP_FREQS = (SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH, SCHEDULER_STEP_MANUAL, None)
 BACKENDS = ("auto", "gloo", "nccl")
@@ -125,6 +127,7 @@ class WorkerSettings:
     commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
     clip_grad_norm: Optional[float] = None  # the default train_batch clips to this norm
     accumulate_steps: int = 1  # the default train_batch splits each batch into this many
+    strategy: Union[DDP, FSDP] = DDP()  # resolved by raysgd.strategy.resolve_strategy
 
     def __post_init__(self):
         check_choices(self.scheduler_step_freq, self.backend, self.use_fp16)
@@ -249,3 +252,17 @@ class BatchSplit:
     @property
     def effective_global(self) -> int:
         return self.per_worker * self.num_workers
+
+
+def check_global_batch(config: dict, num_workers: int) -> Optional[int]:
+    """``config[BATCH_SIZE]``, the global batch, rounded down (with a warning) to a multiple
+    of ``num_workers``; None when the config has none."""
+    if BATCH_SIZE not in config:
+        return None
+    split = BatchSplit(config[BATCH_SIZE], num_workers)
+    if not split.divides:
+        warnings.warn(f"config[BATCH_SIZE]={split.global_batch} is not divisible by "
+                      f"num_workers={num_workers}; using {split.per_worker} per worker, "
+                      f"a global batch of {split.effective_global}.", stacklevel=4)
+        config[BATCH_SIZE] = split.effective_global
+    return config[BATCH_SIZE]

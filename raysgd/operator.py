@@ -1,7 +1,6 @@
 """``TrainingOperator``: the class users subclass to describe their training."""
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Dict, Iterable, Optional
 
 import torch
@@ -13,17 +12,19 @@ from raysgd.worker.batches import check_tuple_batch, move_to_device, split_batch
 from raysgd.worker.metrics import NUM_SAMPLES, AverageMeterCollection
 from raysgd.worker.progress import BatchEvents
 from raysgd.worker.returns import batch_metrics
+from raysgd.worker.strategy import ReplicatedStrategy
 from raysgd.worker.timers import NULL_TIMERS
 
 
 class OperatorContext:
     """What the runner tells an operator about its process; built once per worker."""
 
-    def __init__(self, rank, device, settings, precision, events=None):
+    def __init__(self, rank, device, settings, precision, events=None, strategy=None):
         self.rank = rank
         self.device = device
         self.settings = settings
         self.precision = precision
+        self.strategy = strategy or ReplicatedStrategy(rank, device, settings.wrap_ddp)
         self.events = events if events is not None else BatchEvents()  # read by the progress bar
 
 
@@ -194,14 +195,16 @@ class TrainingOperator:
         Returns ``(models, optimizers[, criterion][, schedulers])`` with each item
         in the container given (one object → one object, a list → a list, a
         tuple → a tuple). Models come back on the worker's device and, when
-        distributed with ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``.
+        distributed with ``wrap_ddp=True``, wrapped in ``DistributedDataParallel``; under
+        ``strategy=FSDP(...)`` sharded in place, the optimizers re-pointed at the shards.
         """
         if self._registered:
             raise ConfigError("register() was called twice; call it once in setup().")
         model_list, optimizer_list = _as_list(models), _as_list(optimizers)
         scheduler_list = _as_list(schedulers)
         self._check_registration(model_list, optimizer_list, scheduler_list, ddp_args)
-        model_list = [model.to(self.device) for model in model_list]
+        strategy = self._context.strategy
+        model_list = strategy.place(model_list)
         if isinstance(criterion, nn.Module):
             criterion = criterion.to(self.device)
         precision = self._context.precision
@@ -209,6 +212,7 @@ class TrainingOperator:
             precision._apex_args = dict(apex_args)
         model_list, optimizer_list = precision.setup(model_list, optimizer_list)
         self._original_models = model_list
+        strategy.shard(model_list, optimizer_list, ddp_args or {})
         self._models = [self._wrap(model, ddp_args or {}) for model in model_list]
         self._optimizers, self._schedulers, self._criterion = optimizer_list, scheduler_list, criterion
         self._registered = True
@@ -240,9 +244,7 @@ class TrainingOperator:
                               "TorchTrainer(scheduler_step_freq='epoch' | 'batch' | 'manual').")
 
     def _wrap(self, model: nn.Module, ddp_args: dict) -> nn.Module:
-        if self._context.rank.distributed and self._context.settings.wrap_ddp:
-            return distributed.wrap_ddp(model, self.device, ddp_args)
-        return model
+        return self._context.strategy.wrap_model(model, ddp_args)
 
     def _publish(self, models, optimizers, criterion, schedulers):
         self.models, self.optimizers, self.schedulers = self._models, self._optimizers, self._schedulers
@@ -301,15 +303,11 @@ class TrainingOperator:
         for optimizer in self._optimizers:
             if any(id(p) in wanted for group in optimizer.param_groups for p in group["params"]):
                 self.unscale_(optimizer)
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+        return self._context.strategy.clip_grad_norm_(params, max_norm, norm_type)
 
     def no_sync(self, models: Optional[Iterable[nn.Module]] = None):
-        """Skip DDP's gradient all-reduce inside the block (for non-final micro-batches)."""
-        stack = contextlib.ExitStack()
-        for model in self._models if models is None else _as_list(models):
-            if hasattr(model, "no_sync"):
-                stack.enter_context(model.no_sync())
-        return stack
+        """Skip the gradient all-reduce inside the block (for non-final micro-batches)."""
+        return self._context.strategy.no_sync(self._models if models is None else _as_list(models))
 
     def micro_batches(self, batch: Any, num: Optional[int] = None,
                       models: Optional[Iterable[nn.Module]] = None):

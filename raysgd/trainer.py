@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, WorkerSettings,
                            check_choices, check_commit_every, check_max_retries,
-                           check_num_gpus_per_worker,
+                           check_global_batch, check_num_gpus_per_worker,
                            check_num_steps, check_num_workers, check_placement_strategy,
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
@@ -32,6 +31,7 @@ from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.operator import TrainingOperator
 from raysgd.recovery import FailureConfig
 from raysgd.state import checkpoint as checkpoint_io
+from raysgd.strategy import check_strategy
 from raysgd.worker.metrics import reduce_worker_results
 
 logger = logging.getLogger("raysgd")
@@ -65,7 +65,7 @@ class TorchTrainer:
                  loggers: Optional[List[Any]] = None,
                  reuse_workers: bool = True, spare_workers: Optional[int] = None,
                  datasets: Optional[Dict[str, Any]] = None,
-                 dataset_config: Optional[DatasetConfig] = None,
+                 dataset_config: Optional[DatasetConfig] = None, strategy: Any = "ddp",
                  model_creator=None, data_creator=None, optimizer_creator=None,
                  loss_creator=None, scheduler_creator=None, serialize_data_creation: bool = True,
                  num_replicas=None, batch_size=None, data_loader_args=None,
@@ -104,14 +104,16 @@ class TorchTrainer:
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
             num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
             commit_every=check_commit_every(checkpoint_every_n_steps),
-            clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps)
+            clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps,
+            strategy=check_strategy(strategy, wrap_ddp, use_fp16, self.operator_cls,
+                                    checkpoint_dir))
         self._warm = WarmSettings.create(
             reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0), use_gpu,
             in_trial=_reservation is not None or placement.inside_placement_group())
         idle_timeout_s()  # a bad RAYSGD_IDLE_WORKER_TIMEOUT_S fails here, not at shutdown()
         failure_config = failure_config or FailureConfig(min_workers=min_workers)
         self._data = DataFeed(check_datasets(datasets), check_dataset_config(dataset_config))
-        self._global_batch = self._check_batch_size()
+        self._global_batch = check_global_batch(self.config, self.num_workers)
         self._placement_timeout_s = (default_placement_timeout_s() if placement_timeout_s is None
                                      else placement_timeout_s)
         self._initialization_hook = initialization_hook
@@ -164,17 +166,6 @@ class TorchTrainer:
                               f"({self.num_workers} workers), but the cluster has {gpus:g}. Pass "
                               "use_gpu=False to train on CPUs.")
         return gpus > 0
-
-    def _check_batch_size(self) -> Optional[int]:
-        if BATCH_SIZE not in self.config:
-            return None
-        split = BatchSplit(self.config[BATCH_SIZE], self.num_workers)
-        if not split.divides:
-            warnings.warn(f"config[BATCH_SIZE]={split.global_batch} is not divisible by "
-                          f"num_workers={self.num_workers}; using {split.per_worker} per worker, "
-                          f"a global batch of {split.effective_global}.", stacklevel=3)
-            self.config[BATCH_SIZE] = split.effective_global
-        return self.config[BATCH_SIZE]
 
     def _make_group(self, count: int, recovering: bool):
         """A worker group of ``count`` workers; the global batch is re-split among them."""
@@ -260,8 +251,9 @@ class TorchTrainer:
 
     # ------------------------------------------------------------- models
     def get_model(self, to_cpu: bool = False):
-        """Rank 0's model(s), unwrapped from DDP; a list when several were registered."""
-        models = self._call("get_models", to_cpu, rank=0)
+        """Rank 0's model(s), unwrapped from DDP (under FSDP: gathered into unsharded CPU
+        copies); a list when several were registered."""
+        models = self._call("get_models", to_cpu)[0]  # every rank: FSDP gathers the shards
         return models[0] if len(models) == 1 else models
 
     def get_local_operator(self) -> TrainingOperator:
@@ -273,8 +265,9 @@ class TorchTrainer:
 
     # -------------------------------------------------------------- state
     def state_dict(self) -> Dict[str, Any]:
-        """Models (unwrapped), optimizers, schedulers, epoch and operator state, on CPU."""
-        return self._call("state_dict", rank=0)
+        """Models (unwrapped, unsharded), optimizers, schedulers, epoch and operator state,
+        on CPU; the same format whatever the strategy."""
+        return self._call("state_dict")[0]  # every rank: FSDP gathers the shards
 
     def load_state_dict(self, state: Dict[str, Any], blocking: bool = False) -> None:
         """Load ``state`` into every worker. Always waits, so errors are never lost;

@@ -189,7 +189,7 @@ def _graph():
 SIDES = {
     "raysgd": "face", "raysgd.utils": "face", "raysgd.torch": "face", "raysgd.data": "face",
     "raysgd.errors": "common", "raysgd.constants": "common", "raysgd.config": "common",
-    "raysgd.recovery": "common", "raysgd.state": "common", "raysgd.data.dataset_config": "common",
+    "raysgd.recovery": "common", "raysgd.state": "common", "raysgd.strategy": "common", "raysgd.data.dataset_config": "common",
     "raysgd.worker": "worker", "raysgd.operator": "worker", "raysgd.creator_operator": "worker",
     "raysgd.lightning": "worker", "raysgd.function": "worker", "raysgd.data.shards": "worker",
     "raysgd.driver": "driver", "raysgd.trainer": "driver", "raysgd.tune": "driver",
@@ -222,17 +222,18 @@ def test_worker_code_never_imports_driver_code():
 # Folder (or top-level module) -> the folders and top-level modules it may import (itself
 # always). The faces (raysgd/__init__, torch/) may import anything. Lazy imports count.
 LAYERS = {
-    "errors": set(), "constants": {"errors"}, "config": {"constants", "errors"},
+    "errors": set(), "constants": {"errors"}, "config": {"constants", "errors", "strategy"},
+    "strategy": {"errors"},
     "recovery": {"errors"}, "state": {"errors"}, "loggers": {"errors"}, "plot": {"errors"},
-    "worker": {"errors", "constants", "config", "state", "data", "operator"},
+    "worker": {"errors", "constants", "config", "state", "strategy", "data", "operator"},
     "data": {"errors", "worker"},
     "operator": {"errors", "worker", "creator_operator", "lightning"},
     "creator_operator": {"errors", "operator", "worker"},
     "lightning": {"errors", "worker", "operator"},
     "driver": {"errors", "constants", "config", "recovery", "state", "worker", "data",
                "operator", "loggers"},
-    "trainer": {"errors", "constants", "config", "recovery", "state", "worker", "data",
-                "operator", "driver", "tune"},
+    "trainer": {"errors", "constants", "config", "recovery", "state", "strategy", "worker",
+                "data", "operator", "driver", "tune"},
     "tune": {"errors", "config", "driver", "trainer", "worker"},
     "function": {"errors", "constants", "config", "state", "worker", "operator", "driver",
                  "trainer"},

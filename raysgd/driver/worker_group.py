@@ -315,15 +315,19 @@ class WorkerGroup(FanOut):
         return self.execute_pair("snapshot_pair")[1]
 
     def restore(self, commit: Commit, renew_shards: bool = False) -> None:
-        """Load ``commit`` into every rank (each its own part when the size is unchanged).
+        """Load ``commit`` into every rank (each its own part when the size is unchanged,
+        every old rank's part otherwise).
 
         ``renew_shards``: the ranks read batches past the commit, so their Ray Data
         shards are split anew first (a stream cannot be rewound; freshly set-up ranks
         have new shards already).
         """
-        same_size = commit.world_size == self.num_workers
-        args = [(commit.snapshots[0], commit.snapshots[rank] if same_size else None)
-                for rank in range(self.num_workers)]
+        # At another size every rank gets every old snapshot: a sharded state is cut anew
+        # from the old ranks' shards (each reads only the rows it keeps).
+        if commit.world_size == self.num_workers:
+            args = [(commit.snapshots[0], commit.snapshots[rank]) for rank in range(self.num_workers)]
+        else:
+            args = [(commit.snapshots[0], None, *commit.snapshots)] * self.num_workers
         if renew_shards:
             self.attach_data()
         restarted = self.execute_per_rank("restore", args)

@@ -26,6 +26,8 @@ from raysgd.worker import distributed
 class FunctionOperator(TrainingOperator):
     """Runs one rank of ``func(config, checkpoint_dir)``; driven by ``next_result``."""
 
+    cannot_shard = "the function keeps its own models; shard them inside the function."
+
     def setup(self, config: Dict[str, Any]) -> None:
         # No models or optimizers to hand over: the function keeps its own, and a
         # commit carries only this rank's RNG state.

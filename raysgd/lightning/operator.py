@@ -48,6 +48,10 @@ class LightningOperator(TrainingOperator):
     # validate() steps ReduceLROnPlateau schedulers that watch a validation metric, so the
     # trainer commits after it: a rollback must not undo that step.
     validate_changes_state = True
+    # Read by the driver (raysgd.strategy.check_strategy) before any worker starts.
+    cannot_shard = ("a LightningModule's gradient averaging and parameter broadcast assume "
+                    "full parameters on every rank. Use strategy='ddp', or a TrainingOperator "
+                    "that registers the module.")
 
     # ------------------------------------------------------------------ set-up
     def setup(self, config: Dict[str, Any]) -> None:

@@ -71,6 +71,14 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device,
     return DistributedDataParallel(model, device_ids=device_ids(device), **dict(ddp_args))
 
 
+def strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
+    """Accept state dicts saved from a DDP-wrapped model ("module." keys)."""
+    if state and all(k.startswith("module.") for k in state) and not any(
+            k.startswith("module.") for k in model.state_dict()):
+        return type(state)((k[len("module."):], v) for k, v in state.items())
+    return state
+
+
 _LOADER_OPTIONS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last",
                    "timeout", "worker_init_fn", "multiprocessing_context", "generator",
                    "prefetch_factor", "persistent_workers", "pin_memory_device")

@@ -30,15 +30,8 @@ from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents
 from raysgd.worker.returns import call_metrics
+from raysgd.worker.strategy import create_strategy
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
-
-
-def _strip_ddp_prefix(state: dict, model: torch.nn.Module) -> dict:
-    """Accept state dicts saved from a DDP-wrapped model ("module." keys)."""
-    if state and all(k.startswith("module.") for k in state) and not any(
-            k.startswith("module.") for k in model.state_dict()):
-        return type(state)((k[len("module."):], v) for k, v in state.items())
-    return state
 
 
 WHERE_AFTER_S = 0.5  # idle this long before a progress report says where the rank is
@@ -50,6 +43,12 @@ def _length(iterable: Any, before: int = 0) -> Optional[int]:
         return before + len(iterable)
     except TypeError:
         return None
+
+
+def _unpacked(state: Dict[str, Any]) -> Dict[str, Any]:
+    """A packed commit part as tensors, but for its shards (``raysgd.state.chunks`` reads
+    those packed)."""
+    return {key: value if key == "shards" else unpack_tensors(value) for key, value in state.items()}
 
 
 class WorkerRunner:
@@ -94,7 +93,10 @@ class WorkerRunner:
     def setup_operator(self) -> Dict[str, Any]:
         """Construct the operator (runs its ``setup``) and report what it registered."""
         precision = create_precision(self.settings.use_fp16, self.device, self.settings.apex_args)
-        context = OperatorContext(self.rank, self.device, self.settings, precision, self.events)
+        strategy = create_strategy(self.settings.strategy, self.rank, self.device, precision,
+                                   self.settings.wrap_ddp)
+        context = OperatorContext(self.rank, self.device, self.settings, precision, self.events,
+                                  strategy)
         self.operator = self.operator_cls(self.config, context)
         if not self.operator._registered:
             raise ConfigError(
@@ -205,39 +207,52 @@ class WorkerRunner:
                 scheduler.step()
 
     # ----------------------------------------------------------------- state
-    def state_dict(self, components: bool = True) -> Dict[str, Any]:
-        """Everything needed to resume, as CPU tensors and plain containers.
-
-        ``components=False`` gives only this rank's own part (position, RNG,
-        step), which is all a non-zero rank adds to a commit.
-        """
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        """Everything needed to resume, unsharded, as CPU tensors and plain containers
+        (``save()``'s format). Every rank calls it (gathering shards is a collective);
+        rank 0 returns it, the others None."""
         op = self.operator
-        state = {"global_step": op.global_step, **self._passes.state_dict(), "rng": rng.get_state()}
-        if components:
-            state.update({
-                "models": [model.state_dict() for model in op._original_models],
-                "optimizers": [opt.state_dict() for opt in op._optimizers],
-                "schedulers": [sched.state_dict() for sched in op._schedulers],
-                "precision": op._context.precision.state_dict(),
-            })
-            extra = op.state_dict()
-            if extra is not None:
-                state["operator"] = extra
+        full = op._context.strategy.full_state(op._original_models, op._optimizers)
+        if full is None:
+            return None
+        return self._with_own_part({**full, **self._shared_components()})
+
+    def _commit_state(self) -> Dict[str, Any]:
+        """A commit's content of this rank: its position, RNGs and step; its model and
+        optimizer part (the strategy says which: all of it on rank 0, or its shards); on
+        rank 0 the schedulers, precision and operator state."""
+        op = self.operator
+        state = op._context.strategy.commit_state(op._original_models, op._optimizers)
+        if self.rank.world_rank == 0:
+            state.update(self._shared_components())
+        return self._with_own_part(state)
+
+    def _shared_components(self) -> Dict[str, Any]:
+        op = self.operator
+        state = {"schedulers": [sched.state_dict() for sched in op._schedulers],
+                 "precision": op._context.precision.state_dict()}
+        extra = op.state_dict()
+        if extra is not None:
+            state["operator"] = extra
+        return state
+
+    def _with_own_part(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        state = {"global_step": self.operator.global_step, **self._passes.state_dict(),
+                 "rng": rng.get_state(), **state}
         # copy=True: a CPU tensor would otherwise alias the live parameters.
         return map_tensors(state, lambda t: t.detach().to("cpu", copy=True))
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self._load_components(state)
+    def load_state_dict(self, state: Dict[str, Any], sources: Optional[list] = None) -> None:
+        """Load a full state (``save()``'s format) or a commit's (``sources``: the parts of
+        the ranks whose shards this rank reads)."""
+        self._load_components(state, sources or [state])
         self._passes.load_state_dict(state)
         rng.set_state(state.get("rng"))
 
-    def _load_components(self, state: Dict[str, Any]) -> None:
+    def _load_components(self, state: Dict[str, Any], sources: list) -> None:
         op = self.operator
         self._check_counts(state)
-        for model, model_state in zip(op._original_models, state["models"]):
-            model.load_state_dict(_strip_ddp_prefix(model_state, model))
-        for optimizer, opt_state in zip(op._optimizers, state["optimizers"]):
-            optimizer.load_state_dict(opt_state)
+        op._context.strategy.load(op._original_models, op._optimizers, state, sources)
         for scheduler, sched_state in zip(op._schedulers, state.get("schedulers", [])):
             scheduler.load_state_dict(sched_state)
         op.global_step = state.get("global_step", 0)
@@ -247,18 +262,19 @@ class WorkerRunner:
 
     def _check_counts(self, state: Dict[str, Any]) -> None:
         op = self.operator
+        parts = state.get("shards", state)
         for key, have in (("models", op._original_models), ("optimizers", op._optimizers)):
-            if len(state.get(key, [])) != len(have):
+            if len(parts.get(key, [])) != len(have):
                 raise CheckpointError(
-                    f"The checkpoint has {len(state.get(key, []))} {key} but "
+                    f"The checkpoint has {len(parts.get(key, []))} {key} but "
                     f"{type(op).__name__} registered {len(have)}; load it into an operator "
                     "that registers the same components.")
 
-    def get_models(self, to_cpu: bool = False) -> list:
-        models = self.operator._original_models
-        if to_cpu:
-            return [copy.deepcopy(m).cpu() if self.device.type != "cpu" else m for m in models]
-        return list(models)
+    def get_models(self, to_cpu: bool = False) -> Optional[list]:
+        """Rank 0's models, unwrapped and unsharded; None on other ranks (every rank calls
+        it: unsharding is a collective)."""
+        op = self.operator
+        return op._context.strategy.full_models(op._original_models, to_cpu)
 
     # ------------------------------------------------------ commits, progress
     def snapshot(self, call_done: int = 0) -> Dict[str, Any]:
@@ -267,18 +283,21 @@ class WorkerRunner:
         return {"step": self._passes.steps, "call_done": call_done,
                 "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
-                "state": pack_tensors(self.state_dict(components=self.rank.world_rank == 0)),
+                "state": pack_tensors(self._commit_state()),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
-    def restore(self, primary: Dict[str, Any],
-                own: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, int]]:
+    def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
+                *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """Load a commit: rank 0's snapshot, plus this rank's own when the world size is
-        unchanged. Returns ``{"epoch", "batches"}`` when a pass that cannot be replayed
-        (Ray Data input) restarts from its beginning instead, else None."""
-        state = dict(unpack_tensors(primary["state"]))
+        unchanged, else (``peers``) every old rank's, whose shards a sharding strategy cuts
+        its new piece from. Returns ``{"epoch", "batches"}`` when a pass that cannot be
+        replayed (Ray Data input) restarts from its beginning instead, else None."""
+        state = _unpacked(primary["state"])
         if own is not None and own is not primary:
-            state.update(unpack_tensors(own["state"]))
-        self.load_state_dict(state)
+            state.update(_unpacked(own["state"]))
+        # Shards stay packed: each rank reads only the rows it keeps, without copying the rest.
+        sources = [snap["state"] for snap in ([own] if own is not None else peers or [primary])]
+        self.load_state_dict(state, sources)
         restarted = self._passes.restarted
         # A restarted pass reads its first batches again; metrics counted before the
         # commit would count them twice, so the call's metrics start over.
