@@ -21,6 +21,7 @@ class DDP:
     """Data parallel, full state on every rank (today's and Ray 1.12's behaviour)."""
 
     name = "ddp"
+    commit_copies = "driver"  # rank 0's full state, copied to the driver's node
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class FSDP:
     init_weights: Optional[Callable[[Any], None]] = None
 
     name = "fsdp"
+    commit_copies = "peers"  # each rank's shards, copied to a rank on another node
 
     def __post_init__(self):
         _check_units(self.units)

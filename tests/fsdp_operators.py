@@ -78,3 +78,10 @@ class StackOperator(TrainingOperator):
         if pid_dir:
             with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
                 handle.write(str(os.getpid()))
+
+    def train_batch(self, batch, batch_info):
+        if self.config.get("sleep_s"):
+            import time
+
+            time.sleep(self.config["sleep_s"])
+        return super().train_batch(batch, batch_info)

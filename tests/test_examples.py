@@ -62,6 +62,7 @@ def scripts(tmp_path_factory):
         "cifar": lambda b: run(b, ["examples/cifar_pytorch_example.py", "--smoke-test"]),
         "legacy": lambda b: legacy_script(b, legacy),
         "train": lambda b: run(b, ["examples/train_example.py", "--smoke-test"]),
+        "fsdp": lambda b: run(b, ["examples/fsdp_example.py", "--smoke-test"]),
         "benchmark": lambda b: (run(b, ["examples/benchmark.py", "--smoke-test", "--out",
                                         str(bench / "b.json")]), bench / "b.json"),
     })
@@ -173,6 +174,16 @@ def test_train_example_smoke_fits_the_line(scripts):
     assert "'epoch': 2" in out.stdout and "val_loss" in out.stdout
     weight = float(re.search(r"trained weight: ([-\d.e]+)", out.stdout).group(1))
     assert 1.0 < weight < 3.0  # y = 2x + 5, two epochs in
+
+
+@waits_for_its_script
+def test_fsdp_example_smoke_trains_sharded_and_its_checkpoint_loads_into_a_plain_module(scripts):
+    out = scripts.result("fsdp", WAIT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    losses = [float(v) for v in re.findall(r"val_loss ([\d.]+)", out.stdout)]
+    assert len(losses) == 3 and losses[1] < losses[0], out.stdout
+    assert losses[2] == pytest.approx(losses[1], abs=1e-4)  # the plain module, same weights
+    assert "sharded over 2 workers" in out.stdout
 
 
 @waits_for_its_script

@@ -231,3 +231,28 @@ def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(ray_cpus, tmp_path, spares
     assert epochs == ref_epochs
     for a, b in zip(got, ref_weights):
         assert torch.equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(tmp_path):
+    """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py)."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_fsdp.py")
+    out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=360)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
+    seen = json.loads(lines[-1][len("RESULT "):])
+    assert seen["first"] == 512
+    assert seen["copies"] == {"distinct_rank_nodes": True, "each_on_both_worker_nodes": True,
+                              "none_on_driver_node": True}
+    loss = seen["after_loss"]
+    assert loss["workers"] == 1 and loss["epoch"] == 2 and loss["finite"]
+    assert loss["resizes"] and loss["resizes"][0][:2] == [2, 1]  # resharded 2 → 1
+    add = seen["after_add"]
+    assert add["workers"] == 2 and add["epoch"] == 3 and add["num_samples"] == 512  # 1 → 2
+    assert seen["weights_finite"]

@@ -136,7 +136,7 @@ class CallWatch:
         commit = self.assembler.add(rank, step, call_done, snapshot, epochs_done)
         if commit is None:
             return
-        pull_to_driver(commit.snapshots)
+        self.group.copy_commit(commit.snapshots)
         self.committed_step = commit.step
         self.on_commit(commit)
 

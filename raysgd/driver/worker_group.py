@@ -31,7 +31,8 @@ from raysgd.driver import warm as warm_processes
 from raysgd.driver.fanout import FanOut
 from raysgd.driver.health import HealthMonitor
 from raysgd.driver.pool import POOL, Crew
-from raysgd.driver.watch import CallWatch, pull_to_driver
+from raysgd.driver.replicas import commit_copies
+from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit
 from raysgd.worker.actor import COMMIT_WAIT_S
@@ -72,6 +73,7 @@ class WorkerGroup(FanOut):
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
         self._pg = None
         self._nodes: List[str] = []  # each rank's node
+        self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         # Set when the last call failed while other ranks were still inside it
@@ -306,28 +308,28 @@ class WorkerGroup(FanOut):
         if self.local_runner is not None:
             headers[0], local_snap = headers[0]
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
-        pull_to_driver(snapshots)
+        self.copy_commit(snapshots)
         return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
                                snapshots, headers[0].get("epochs_done", 0))
+
+    def copy_commit(self, snapshots: List[Any]) -> None:
+        self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""
         return self.execute_pair("snapshot_pair")[1]
 
     def restore(self, commit: Commit, renew_shards: bool = False) -> None:
-        """Load ``commit`` into every rank (each its own part when the size is unchanged,
-        every old rank's part otherwise).
+        """Load ``commit`` into every rank (each its own part when the size is unchanged;
+        otherwise every old rank's part: a sharded state is cut anew from the old shards).
 
         ``renew_shards``: the ranks read batches past the commit, so their Ray Data
         shards are split anew first (a stream cannot be rewound; freshly set-up ranks
         have new shards already).
         """
-        # At another size every rank gets every old snapshot: a sharded state is cut anew
-        # from the old ranks' shards (each reads only the rows it keeps).
-        if commit.world_size == self.num_workers:
-            args = [(commit.snapshots[0], commit.snapshots[rank]) for rank in range(self.num_workers)]
-        else:
-            args = [(commit.snapshots[0], None, *commit.snapshots)] * self.num_workers
+        same, snaps = commit.world_size == self.num_workers, commit.snapshots
+        args = [(snaps[0], snaps[rank]) if same else (snaps[0], None, *snaps)
+                for rank in range(self.num_workers)]
         if renew_shards:
             self.attach_data()
         restarted = self.execute_per_rank("restore", args)

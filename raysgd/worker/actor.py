@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # How long a remote rank waits at a commit for the driver to take it before
 # training on regardless (it only waits that long if the driver stopped asking).
 COMMIT_WAIT_S = 10.0
+COPY_WAIT_S = 300.0  # a peer's copy of a commit gives up after this
 
 
 class _WorkerActor:
@@ -117,6 +118,14 @@ class _WorkerActor:
         return header, snap
 
 
+    # A copy of another rank's commit on this node (raysgd.driver.replicas), off the
+    # control thread so a transfer never delays a health check.
+    @ray.method(concurrency_group="copies")
+    def copy_here(self, refs: list) -> None:
+        ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
+
+
 # Two commit threads: a request from a new call can enter while one left over
 # from the previous call still waits, and releases it (see CommitHandoff.take).
-RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2})(_WorkerActor)
+RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1})(
+    _WorkerActor)

@@ -109,7 +109,10 @@ class FSDPStrategy:
     def _materialize(self, model: nn.Module) -> None:
         model.to_empty(device=self.device)
         init = self.spec.init_weights
-        with torch.no_grad():
+        # On a CPU mesh DTensor's random ops warn that they draw per shard (each rank from its
+        # own generator): a valid random initialisation, not the unsharded model's numbers.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "DTensor random operators", UserWarning)
             for sub in model.modules():
                 if init is not None:
                     init(sub)

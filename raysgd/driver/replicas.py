@@ -1,0 +1,51 @@
+"""Where a commit's second copy goes, so that losing a worker's node loses no commit.
+
+Chosen once per worker group from the strategy (``commit_copies``). A replicated
+strategy's commit is rank 0's full state: it is copied to the driver's node, where the
+disk writer and a resume read it anyway. A sharded commit is every rank's own shards: each
+is copied to the node of the next rank on another node (the driver's node only when no
+rank lives elsewhere), so no node ever stores the whole state for a commit (Ray)
+and the copies spread as evenly as the ranks.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import ray
+
+from raysgd.driver.watch import pull_to_driver
+
+
+def _peer(rank: int, nodes: Sequence[str]) -> Optional[int]:
+    """The first rank after ``rank`` (cyclically) on another node, or None."""
+    count = len(nodes)
+    for step in range(1, count):
+        other = (rank + step) % count
+        if nodes[other] != nodes[rank]:
+            return other
+    return None
+
+
+def to_driver_node(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
+                   offset: int) -> None:
+    pull_to_driver(snapshots)
+
+
+def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
+                  offset: int) -> None:
+    """``offset``: 1 when rank 0 runs in the driver (``actors[rank - offset]``)."""
+    driver_node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    for rank, ref in enumerate(snapshots):
+        if not isinstance(ref, ray.ObjectRef) or rank >= len(nodes):
+            continue
+        peer = _peer(rank, nodes)
+        if peer is None or peer < offset:  # no other node, or the peer is the driver itself
+            if nodes[rank] != driver_node and nodes[rank] != "local":
+                pull_to_driver([ref])
+            continue
+        actors[peer - offset].copy_here.remote([ref])  # a list: Ray must not resolve it
+
+
+def commit_copies(strategy: Any):
+    """The copy function for ``WorkerSettings.strategy``."""
+    return to_peer_nodes if strategy.commit_copies == "peers" else to_driver_node
