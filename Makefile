@@ -12,7 +12,7 @@ PTL1 := .venv-ptl1
 PTL1_SPEC ?= pytorch_lightning==1.8.6
 PTL1_STAMP := $(PTL1)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp clean
 
 install: $(STAMP) $(PTL1_STAMP)
 
@@ -60,3 +60,6 @@ bench-warm: install
 
 bench-data: install
 	$(PY) -m bench.data
+
+bench-fsdp: install
+	$(PY) -m bench.fsdp

@@ -12,6 +12,7 @@ import tempfile
 
 import ray
 
+import raysgd
 from raysgd import TorchTrainer
 from raysgd.config import DEFAULT_COMMIT_EVERY
 from raysgd.utils import BATCH_SIZE
@@ -29,6 +30,8 @@ def _extra(parser) -> None:
     parser.add_argument("--victim-rank", type=int, default=1)
     parser.add_argument("--spare-workers", type=int, default=None,
                         help="spare_workers (default: not passed, raysgd's default)")
+    parser.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                        help="strategy: 'fsdp' shards the model (one unit; bench.fsdp uses it)")
 
 
 def main() -> None:
@@ -40,6 +43,7 @@ def main() -> None:
         trainer = TorchTrainer(training_operator_cls=StepLogOperator, num_workers=args.num_workers,
                                use_gpu=False, num_cpus_per_worker=args.threads,
                                checkpoint_every_n_steps=args.commit_every,
+                               strategy=raysgd.FSDP() if args.strategy == "fsdp" else "ddp",
                                config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
                                        "mode": RECOVERY_MODE, "step_dir": step_dir}, **spares)
         trainer.train()  # warm-up epoch; the call ends with a commit
@@ -58,7 +62,7 @@ def main() -> None:
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
                "commit_interval": args.commit_every,
-               "spare_workers": args.spare_workers,
+               "spare_workers": args.spare_workers, "strategy": args.strategy,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,
                "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,

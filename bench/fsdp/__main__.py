@@ -1,0 +1,143 @@
+"""``python -m bench.fsdp [--quick] [--repeats N] [--out PATH]``: run, print ratios, save."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from bench import T0_ENV
+from bench.launch import REPO_ROOT, child_env, parse_result
+
+DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "fsdp.json")
+TARGETS = {"fsdp/torchrun": ">= 0.95", "peak FSDP/DDP at 2 workers": "<= 0.6",
+           "commit bytes per rank / (state/N)": "~1", "kill→next step, FSDP with a spare": "<= 1 s",
+           "steps re-run / commit interval": "<= 1"}
+
+
+def _run(command: List[str], timeout_s: float) -> Dict[str, Any]:
+    env = child_env(1)
+    env[T0_ENV] = str(time.time())
+    started = time.perf_counter()
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                             cwd=REPO_ROOT, env=env)
+        result = parse_result(out.stdout) or {"error": (out.stdout + out.stderr)[-1500:]}
+    except subprocess.TimeoutExpired:
+        result = {"error": f"timed out after {timeout_s:.0f}s"}
+    result["wall_s"] = time.perf_counter() - started
+    print(f"  {' '.join(command[2:])}: {_short(result)}", file=sys.stderr, flush=True)
+    return result
+
+
+def _short(result: Dict[str, Any]) -> str:
+    if "steady_samples_per_s" in result:
+        return f"{result['steady_samples_per_s']:.0f} samples/s"
+    if "recovery_s" in result:
+        return f"kill→next step {result['recovery_s']:.2f} s"
+    return str(result.get("error", "?"))[:120]
+
+
+def commands(mode: str) -> Dict[str, List[str]]:
+    py = sys.executable
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                "-m", "bench.fsdp.torchrun_fsdp", "--mode", mode]
+    return {"raysgd_fsdp_2w": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "fsdp",
+                              "--mode", mode],
+           "torchrun_fsdp_2w": torchrun,
+           "raysgd_ddp_2w": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "ddp",
+                             "--mode", mode]}
+
+
+def once(mode: str, quick: bool) -> Dict[str, List[str]]:
+    py = sys.executable
+    runs = {f"raysgd_{s}_4w": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", s,
+                               "--workers", "4", "--mode", mode] for s in ("fsdp", "ddp")}
+    kill_mode = ["--mode", "quick"] if quick else []
+    for strategy in ("fsdp", "ddp"):
+        for spares in (1, 0):
+            runs[f"kill_{strategy}_spare{spares}"] = [
+                py, "-m", "bench.recovery.raysgd_kill", "--strategy", strategy,
+                "--spare-workers", str(spares), *kill_mode]
+    runs["raytrain_fsdp_2w"] = [py, "-m", "bench.fsdp.raytrain_fsdp", "--mode", mode]
+    return runs
+
+
+def _median(runs: List[Dict[str, Any]], key: str) -> Optional[float]:
+    values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
+    return statistics.median(values) if values else None
+
+
+def ratios(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    def speed(name):
+        return _median(results.get(name, []), "steady_samples_per_s")
+
+    def peak(name):
+        runs = [r for r in results.get(name, []) if "peak_growth_mib" in r]
+        return max(runs[0]["peak_growth_mib"]) if runs else None
+
+    def div(a, b):
+        return a / b if a is not None and b else None
+
+    out = {"fsdp/torchrun": div(speed("raysgd_fsdp_2w"), speed("torchrun_fsdp_2w")),
+           "fsdp/ddp (raysgd)": div(speed("raysgd_fsdp_2w"), speed("raysgd_ddp_2w")),
+           "peak FSDP/DDP at 2 workers": div(peak("raysgd_fsdp_2w"), peak("raysgd_ddp_2w")),
+           "peak FSDP/DDP at 4 workers": div(peak("raysgd_fsdp_4w"), peak("raysgd_ddp_4w")),
+           "peak raysgd FSDP/torchrun FSDP": div(peak("raysgd_fsdp_2w"), peak("torchrun_fsdp_2w"))}
+    for name, n in (("raysgd_fsdp_2w", 2), ("raysgd_fsdp_4w", 4), ("raysgd_ddp_2w", 2)):
+        runs = [r for r in results.get(name, []) if "commit_bytes_per_rank" in r]
+        if runs:
+            out[f"commit bytes per rank / (state/N), {name}"] = \
+                max(runs[0]["commit_bytes_per_rank"]) / (runs[0]["state_bytes"] / n)
+    for name, runs in results.items():
+        if name.startswith("kill_") and runs and "recovery_s" in runs[0]:
+            out[f"kill→next step (s), {name}"] = runs[0]["recovery_s"]
+            out[f"steps re-run / commit interval, {name}"] = \
+                runs[0]["steps_rerun"] / runs[0]["commit_interval"]
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fsdp", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    repeats = args.repeats or (1 if args.quick else 3)
+    results: Dict[str, List[Dict[str, Any]]] = {}
+    rotating = list(commands(mode).items())
+    for rep in range(repeats):  # the order rotates, so drift hits every variant alike
+        shift = rep % len(rotating)
+        for name, command in rotating[shift:] + rotating[:shift]:
+            results.setdefault(name, []).append(_run(command, args.timeout))
+    for name, command in once(mode, args.quick).items():
+        results.setdefault(name, []).append(_run(command, args.timeout))
+    table = ratios(results)
+    print(f"\nFSDP benchmark ({mode}), {repeats} repetition(s) of the throughput variants\n")
+    for name, runs in results.items():
+        print(f"  {name:22s} " + "; ".join(_short(r) for r in runs))
+    print("\nratios (targets: " + ", ".join(f"{k} {v}" for k, v in TARGETS.items()) + ")")
+    for key, value in table.items():
+        print(f"  {key:58s} {'n/a' if value is None else f'{value:.3f}'}")
+    raytrain = results.get("raytrain_fsdp_2w", [{}])[0]
+    if "error" in raytrain:
+        print(f"\nRay Train FSDP on CPU: does not run ({raytrain['error'][:160]})")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as handle:
+        json.dump({"mode": mode, "repeats": repeats, "results": results, "ratios": table},
+                  handle, indent=1)
+    failed = [n for n, runs in results.items() if n != "raytrain_fsdp_2w"
+              and any("error" in r for r in runs)]
+    if failed:
+        print(f"failed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

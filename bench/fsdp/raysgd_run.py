@@ -1,0 +1,76 @@
+"""Variant: raysgd ``TorchTrainer`` under ``--strategy ddp|fsdp`` with ``--workers N``.
+
+Prints steady samples/s (epochs 2..N, timed in the driver), each rank's peak memory above
+its pre-model baseline, the full state's bytes and the bytes each rank put in the last
+commit's snapshot (its model and optimizer part).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import ray
+
+import raysgd
+from raysgd import TorchTrainer
+from raysgd.state.packing import PackedTensor
+from raysgd.utils import BATCH_SIZE
+
+from bench.child import emit
+from bench.fsdp.model import SIZES, Block
+from bench.fsdp.bench_operator import FSDPBenchOperator
+
+
+def packed_bytes(obj) -> int:
+    if isinstance(obj, PackedTensor):
+        return obj.data.nbytes
+    if isinstance(obj, dict):
+        return sum(packed_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(packed_bytes(v) for v in obj)
+    return 0
+
+
+def tensor_bytes(obj) -> int:
+    if hasattr(obj, "element_size"):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--strategy", choices=("ddp", "fsdp"), required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--mode", choices=tuple(SIZES), default="full")
+    args = parser.parse_args()
+    size = SIZES[args.mode]
+    strategy = raysgd.FSDP(units=Block) if args.strategy == "fsdp" else "ddp"
+    ray.init(num_cpus=max(4, args.workers), include_dashboard=False)
+    trainer = TorchTrainer(FSDPBenchOperator, num_workers=args.workers, use_gpu=False,
+                           strategy=strategy, spare_workers=0,
+                           config={BATCH_SIZE: size.batch, "mode": args.mode})
+    trainer.train()  # warm-up epoch
+    start = time.perf_counter()
+    for _ in range(size.epochs - 1):
+        trainer.train()
+    steady = (size.epochs - 1) * size.samples / (time.perf_counter() - start)
+    peaks = trainer.apply_all_operators(lambda op: op.peak_growth())
+    state = trainer.state_dict()
+    snapshots = ray.get(trainer._supervisor.commit.snapshots)  # the bench reads the commit
+    parts = [{k: v for k, v in s["state"].items() if k in ("models", "optimizers", "shards")}
+             for s in snapshots]
+    emit({"strategy": args.strategy, "workers": args.workers,
+          "steady_samples_per_s": steady, "peak_growth_mib": [p / 2**20 for p in peaks],
+          "state_bytes": tensor_bytes([state["models"], state["optimizers"]]),
+          "commit_bytes_per_rank": [packed_bytes(p) for p in parts],
+          "param_bytes": size.param_bytes})
+    trainer.shutdown()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
