@@ -117,3 +117,27 @@ def test_every_row_is_covered_exactly_once_for_small_tensors():
         chunks = [make_chunk(full[a:b].clone(), full.shape, (a, 0)) for a, b in rows(1, old)]
         for a, b in rows(1, new):
             assert torch.equal(assemble(full.shape, (b - a, 4), (a, 0), chunks), full[a:b])
+
+
+def test_fsdp_in_the_driver_at_world_size_one_matches_ddp_and_cleans_up():
+    """use_local=True, num_workers=1: no Ray; FSDP shards over a world of one."""
+    import torch.distributed as dist
+
+    from fsdp_operators import Block, StackOperator
+    from raysgd.utils import BATCH_SIZE
+
+    got = {}
+    for name, strategy in (("ddp", "ddp"), ("fsdp", FSDP(units=Block))):
+        trainer = TorchTrainer(StackOperator, num_workers=1, use_local=True, use_gpu=False,
+                               strategy=strategy, config={BATCH_SIZE: 32})
+        try:
+            losses = [trainer.train()["train_loss"] for _ in range(2)]
+            got[name] = losses, [p.detach().clone() for p in trainer.get_model().parameters()]
+            sharded = type(trainer.get_local_operator().model).__name__.startswith("FSDP")
+            assert sharded == (name == "fsdp")
+        finally:
+            trainer.shutdown()
+        assert not dist.is_initialized()  # the world of one is torn down with the trainer
+    assert got["ddp"][0] == got["fsdp"][0]
+    for a, b in zip(got["ddp"][1], got["fsdp"][1]):
+        assert torch.equal(a, b)
