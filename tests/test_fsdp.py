@@ -79,29 +79,34 @@ def _chunks(obj):
             yield from _chunks(value)
 
 
-@pytest.mark.parametrize("num_workers", [2, 4])
-def test_a_commit_holds_each_ranks_shards_only(ray_cpus, num_workers):
+def check_commit_holds_shards_only(trainer, num_workers):
+    """Each rank's snapshot holds about state/N bytes of chunks and no full models; the
+    driver holds references only; the chunks add up to one copy of the state."""
     import ray
 
-    trainer = make(FSDP(units=Block), num_workers=num_workers, config={"width": 64})
+    full = trainer.state_dict()
+    state_bytes = sum(t.numel() * t.element_size() for part in ("models", "optimizers")
+                      for t in _tensors(full[part]))
+    commit = trainer._supervisor.commit
+    assert all(isinstance(ref, ray.ObjectRef) for ref in commit.snapshots)
+    snapshots = ray.get(commit.snapshots)
+    for rank, snap in enumerate(snapshots):
+        shards = snap["state"]["shards"]
+        assert "models" not in snap["state"]  # no rank holds the full models in a commit
+        put = _packed_bytes(shards)
+        assert put <= state_bytes / num_workers * 1.15 + 4096, (rank, put, state_bytes)
+        rows = [(c["data"].shape[0], c["shape"][0]) for c in _chunks(shards)]
+        assert rows and all(have <= -(-total // num_workers) for have, total in rows)
+    total = sum(_packed_bytes(s["state"]["shards"]) for s in snapshots)
+    assert total <= state_bytes * 1.1 + 4096
+
+
+def test_a_commit_holds_each_ranks_shards_only(ray_cpus):
+    """At 2 workers here; at 4 in the resharding test below."""
+    trainer = make(FSDP(units=Block), config={"width": 64})
     try:
         trainer.train()
-        full = trainer.state_dict()
-        state_bytes = sum(t.numel() * t.element_size() for part in ("models", "optimizers")
-                          for t in _tensors(full[part]))
-        commit = trainer._supervisor.commit
-        # The driver holds references, never the snapshots themselves.
-        assert all(isinstance(ref, ray.ObjectRef) for ref in commit.snapshots)
-        snapshots = ray.get(commit.snapshots)
-        for rank, snap in enumerate(snapshots):
-            shards = snap["state"]["shards"]
-            assert "models" not in snap["state"]  # no rank holds the full models in a commit
-            put = _packed_bytes(shards)
-            assert put <= state_bytes / num_workers * 1.15 + 4096, (rank, put, state_bytes)
-            rows = [(c["data"].shape[0], c["shape"][0]) for c in _chunks(shards)]
-            assert rows and all(have <= -(-total // num_workers) for have, total in rows)
-        total = sum(_packed_bytes(s["state"]["shards"]) for s in snapshots)
-        assert total <= state_bytes * 1.1 + 4096  # the shards add up to one copy of the state
+        check_commit_holds_shards_only(trainer, 2)
     finally:
         trainer.shutdown()
 
@@ -150,9 +155,10 @@ def test_fsdp_save_loads_into_ddp_and_into_a_plain_module(ray_cpus, tmp_path):
 
 def test_a_commit_reshards_to_another_world_size_and_back(ray_cpus):
     """4 → 2 → 4 workers: each new rank cuts its rows from the old shards."""
-    trainer = make(FSDP(units=Block), num_workers=4, config={"width": 24})
+    trainer = make(FSDP(units=Block), num_workers=4, config={"width": 64})
     try:
         trainer.train()
+        check_commit_holds_shards_only(trainer, 4)
         want = trainer.state_dict()
         commit = trainer._supervisor.commit
     finally:
@@ -205,27 +211,34 @@ def test_bf16_becomes_fsdps_mixed_precision_policy(ray_cpus):
         trainer.shutdown()
 
 
+def fsdp_run(pid_dir, spares, kill):
+    """Three epochs of FaultyOperator under FSDP; rank 1 SIGKILLed mid second epoch if
+    ``kill``: (epochs, weights, recovery stats)."""
+    os.makedirs(pid_dir, exist_ok=True)
+    config = {BATCH_SIZE: 32, "pid_dir": str(pid_dir), "sleep_s": 0.02}
+    trainer = TorchTrainer(FaultyOperator, num_workers=2, use_gpu=False,
+                           strategy=FSDP(units=nn.Linear), checkpoint_every_n_steps=3,
+                           spare_workers=spares, config=config)
+    try:
+        if kill:
+            kill_at_step(pid_dir, 1, 16 + 10)  # mid second epoch (16 steps per epoch)
+        epochs = [trainer.train()["epoch"] for _ in range(3)]
+        return epochs, weights(trainer), trainer.recovery_stats
+    finally:
+        trainer.shutdown()
+
+
+@pytest.fixture(scope="module")
+def unfaulted(ray_session, tmp_path_factory):
+    return fsdp_run(tmp_path_factory.mktemp("ref"), spares=0, kill=False)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("spares", [1, 0], ids=["spare", "new-process"])
-def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(ray_cpus, tmp_path, spares):
-    def fsdp_run(pid_dir, kill):
-        config = {BATCH_SIZE: 32, "pid_dir": str(pid_dir), "sleep_s": 0.02}
-        trainer = TorchTrainer(FaultyOperator, num_workers=2, use_gpu=False,
-                               strategy=FSDP(units=nn.Linear), checkpoint_every_n_steps=3,
-                               spare_workers=spares, config=config)
-        try:
-            if kill:
-                kill_at_step(pid_dir, 1, 16 + 10)  # mid second epoch (16 steps per epoch)
-            epochs = [trainer.train()["epoch"] for _ in range(3)]
-            return epochs, weights(trainer), trainer.recovery_stats
-        finally:
-            trainer.shutdown()
-
-    os.makedirs(tmp_path / "ref")
-    os.makedirs(tmp_path / "kill")
-    ref_epochs, ref_weights, _ = fsdp_run(tmp_path / "ref", kill=False)
-    epochs, got, stats = fsdp_run(tmp_path / "kill", kill=True)
+def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_path, spares):
+    ref_epochs, ref_weights, _ = unfaulted
+    epochs, got, stats = fsdp_run(tmp_path, spares, kill=True)
     assert stats.failures == 1 and stats.recoveries == 1 and stats.num_workers == 2
     assert 0 <= stats.steps_lost <= 3 + 1
     assert epochs == ref_epochs

@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     size = SIZES[args.mode]
     strategy = raysgd.FSDP(units=Block) if args.strategy == "fsdp" else "ddp"
-    ray.init(num_cpus=max(4, args.workers), include_dashboard=False)
+    ray.init(address="local", num_cpus=max(4, args.workers), include_dashboard=False)
     trainer = TorchTrainer(FSDPBenchOperator, num_workers=args.workers, use_gpu=False,
                            strategy=strategy, spare_workers=0,
                            config={BATCH_SIZE: size.batch, "mode": args.mode})

@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=tuple(SIZES), default="full")
     args = parser.parse_args()
-    ray.init(num_cpus=4, include_dashboard=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False)
     try:
         result = TorchTrainer(loop, train_loop_config={"mode": args.mode},
                               scaling_config=ScalingConfig(num_workers=2, use_gpu=False)).fit()
