@@ -55,8 +55,10 @@ def commands(mode: str) -> Dict[str, List[str]]:
 
 def once(mode: str, quick: bool) -> Dict[str, List[str]]:
     py = sys.executable
-    runs = {f"raysgd_{s}_4w": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", s,
-                               "--workers", "4", "--mode", mode] for s in ("fsdp", "ddp")}
+    memory = mode if quick else "memory"  # peak memory on a model large enough to show it
+    runs = {f"raysgd_{s}_mem_{n}w": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", s,
+                                      "--workers", str(n), "--mode", memory]
+            for n in (2, 4) for s in ("fsdp", "ddp")}
     kill_mode = ["--mode", "quick"] if quick else []
     for strategy in ("fsdp", "ddp"):
         for spares in (1, 0):
@@ -85,10 +87,11 @@ def ratios(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
 
     out = {"fsdp/torchrun": div(speed("raysgd_fsdp_2w"), speed("torchrun_fsdp_2w")),
            "fsdp/ddp (raysgd)": div(speed("raysgd_fsdp_2w"), speed("raysgd_ddp_2w")),
-           "peak FSDP/DDP at 2 workers": div(peak("raysgd_fsdp_2w"), peak("raysgd_ddp_2w")),
-           "peak FSDP/DDP at 4 workers": div(peak("raysgd_fsdp_4w"), peak("raysgd_ddp_4w")),
-           "peak raysgd FSDP/torchrun FSDP": div(peak("raysgd_fsdp_2w"), peak("torchrun_fsdp_2w"))}
-    for name, n in (("raysgd_fsdp_2w", 2), ("raysgd_fsdp_4w", 4), ("raysgd_ddp_2w", 2)):
+           "peak FSDP/DDP at 2 workers": div(peak("raysgd_fsdp_mem_2w"), peak("raysgd_ddp_mem_2w")),
+           "peak FSDP/DDP at 4 workers": div(peak("raysgd_fsdp_mem_4w"), peak("raysgd_ddp_mem_4w")),
+           "peak raysgd FSDP/torchrun FSDP (small model)":
+               div(peak("raysgd_fsdp_2w"), peak("torchrun_fsdp_2w"))}
+    for name, n in (("raysgd_fsdp_mem_2w", 2), ("raysgd_fsdp_mem_4w", 4), ("raysgd_ddp_mem_2w", 2)):
         runs = [r for r in results.get(name, []) if "commit_bytes_per_rank" in r]
         if runs:
             out[f"commit bytes per rank / (state/N), {name}"] = \
@@ -107,21 +110,28 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="run only these variants (names as printed)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)
     results: Dict[str, List[Dict[str, Any]]] = {}
-    rotating = list(commands(mode).items())
+    keep = (lambda name: name in args.only) if args.only else (lambda name: True)
+    rotating = [(n, c) for n, c in commands(mode).items() if keep(n)]
     for rep in range(repeats):  # the order rotates, so drift hits every variant alike
-        shift = rep % len(rotating)
+        shift = rep % max(1, len(rotating))
         for name, command in rotating[shift:] + rotating[:shift]:
             results.setdefault(name, []).append(_run(command, args.timeout))
     for name, command in once(mode, args.quick).items():
+        if not keep(name):
+            continue
         results.setdefault(name, []).append(_run(command, args.timeout))
     table = ratios(results)
     print(f"\nFSDP benchmark ({mode}), {repeats} repetition(s) of the throughput variants\n")
     for name, runs in results.items():
-        print(f"  {name:22s} " + "; ".join(_short(r) for r in runs))
+        peaks = [max(r["peak_growth_mib"]) for r in runs if "peak_growth_mib" in r]
+        print(f"  {name:22s} " + "; ".join(_short(r) for r in runs)
+              + (f"; peak growth {', '.join(f'{p:.0f}' for p in peaks)} MiB" if peaks else ""))
     print("\nratios (targets: " + ", ".join(f"{k} {v}" for k, v in TARGETS.items()) + ")")
     for key, value in table.items():
         print(f"  {key:58s} {'n/a' if value is None else f'{value:.3f}'}")

@@ -117,7 +117,6 @@ class _WorkerActor:
         header = {key: snap[key] for key in ("step", "call_done", "epochs_done")} if snap else None
         return header, snap
 
-
     # A copy of another rank's commit on this node (raysgd.driver.replicas), off the
     # control thread so a transfer never delays a health check.
     @ray.method(concurrency_group="copies")

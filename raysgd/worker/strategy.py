@@ -47,7 +47,7 @@ class ReplicatedStrategy:
         """Skip gradient synchronisation inside the block (non-final micro-batches)."""
         stack = contextlib.ExitStack()
         for model in models:
-            if isinstance(model, nn.parallel.DistributedDataParallel):
+            if hasattr(model, "no_sync"):  # DDP, or the user's own wrapper (wrap_ddp=False)
                 stack.enter_context(model.no_sync())
         return stack
 
