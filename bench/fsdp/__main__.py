@@ -15,7 +15,8 @@ from bench.launch import REPO_ROOT, child_env, parse_result
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "fsdp.json")
 TARGETS = {"fsdp/torchrun": ">= 0.95", "peak FSDP/DDP at 2 workers": "<= 0.6",
-           "commit bytes per rank / (state/N)": "~1", "kill→next step, FSDP with a spare": "<= 1 s",
+           "commit bytes per rank / (state/N)": "~1",
+           "kill→next step, FSDP with a spare": "<= 1 s",
            "steps re-run / commit interval": "<= 1"}
 
 

@@ -176,8 +176,9 @@ class FSDPStrategy:
         if "shards" in primary:
             parts = [source["shards"] for source in sources]
         else:  # a full state: save()'s file or load_state_dict(), sliced by every rank
-            parts = [{"models": [distributed.strip_ddp_prefix(s, m) for s, m in zip(primary["models"], models)],
-                      "optimizers": primary["optimizers"]}]
+            full = [distributed.strip_ddp_prefix(state, model)
+                    for state, model in zip(primary["models"], models)]
+            parts = [{"models": full, "optimizers": primary["optimizers"]}]
         for i, model in enumerate(models):
             model.load_state_dict(_model_state(model, [p["models"][i] for p in parts]))
         for i, optimizer in enumerate(optimizers):
@@ -201,7 +202,7 @@ class FSDPStrategy:
 def _chunked(state: Any) -> Any:
     """``state`` with each ``DTensor`` replaced by this rank's chunk of it."""
     if isinstance(state, DTensor):
-        local_shape, offset = _layout(state)
+        _, offset = _layout(state)
         return make_chunk(state.to_local(), state.shape, offset)
     if isinstance(state, dict):
         return type(state)((key, _chunked(value)) for key, value in state.items())

@@ -48,7 +48,8 @@ def _length(iterable: Any, before: int = 0) -> Optional[int]:
 def _unpacked(state: Dict[str, Any]) -> Dict[str, Any]:
     """A packed commit part as tensors, but for its shards (``raysgd.state.chunks`` reads
     those packed)."""
-    return {key: value if key == "shards" else unpack_tensors(value) for key, value in state.items()}
+    return {key: value if key == "shards" else unpack_tensors(value)
+            for key, value in state.items()}
 
 
 class WorkerRunner:
