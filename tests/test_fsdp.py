@@ -68,15 +68,25 @@ def _packed_bytes(obj):
     return 0
 
 
-def _chunks(obj):
-    if is_chunk(obj):
+def _leaves(obj, match):
+    """Every value inside nested dicts, lists and tuples for which ``match`` holds (a match
+    is not searched further)."""
+    if match(obj):
         yield obj
     elif isinstance(obj, dict):
         for value in obj.values():
-            yield from _chunks(value)
+            yield from _leaves(value, match)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
-            yield from _chunks(value)
+            yield from _leaves(value, match)
+
+
+def _chunks(obj):
+    return _leaves(obj, is_chunk)
+
+
+def _tensors(obj):
+    return _leaves(obj, lambda value: isinstance(value, torch.Tensor))
 
 
 def check_commit_holds_shards_only(trainer, num_workers):
@@ -109,17 +119,6 @@ def test_a_commit_holds_each_ranks_shards_only(ray_cpus):
         check_commit_holds_shards_only(trainer, 2)
     finally:
         trainer.shutdown()
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _tensors(value)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from _tensors(value)
 
 
 def test_fsdp_save_loads_into_ddp_and_into_a_plain_module(ray_cpus, tmp_path):
