@@ -22,6 +22,7 @@ class DDP:
 
     name = "ddp"
     commit_copies = "driver"  # rank 0's full state, copied to the driver's node
+    stages_disk_checkpoints = False  # the driver writes checkpoint_dir's files from commits
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class FSDP:
 
     name = "fsdp"
     commit_copies = "peers"  # each rank's shards, copied to a rank on another node
+    stages_disk_checkpoints = True  # each rank writes its shards (DCP) for checkpoint_dir
 
     def __post_init__(self):
         _check_units(self.units)
@@ -116,9 +118,7 @@ def resolve_strategy(strategy: Any, wrap_ddp: Any, use_fp16: Any) -> Strategy:
     return strategy
 
 
-
-def check_strategy(strategy: Any, wrap_ddp: Any, use_fp16: Any, operator_cls: type,
-                   checkpoint_dir: Any) -> Strategy:
+def check_strategy(strategy: Any, wrap_ddp: Any, use_fp16: Any, operator_cls: type) -> Strategy:
     """``resolve_strategy`` plus what FSDP does not combine with yet, on the driver."""
     resolved = resolve_strategy(strategy, wrap_ddp, use_fp16)
     if isinstance(resolved, FSDP):
@@ -126,9 +126,4 @@ def check_strategy(strategy: Any, wrap_ddp: Any, use_fp16: Any, operator_cls: ty
         if why:
             raise ConfigError(f"strategy=FSDP(...) does not work with {operator_cls.__name__}: "
                               f"{why}")
-        if checkpoint_dir is not None:
-            raise ConfigError("checkpoint_dir= does not work with strategy=FSDP(...) yet (disk "
-                              "checkpoints hold the full state). Save the unsharded state with "
-                              "trainer.save(path) after each train() instead, or use "
-                              "strategy='ddp'.")
     return resolved

@@ -24,6 +24,7 @@ from raysgd.driver.pool import idle_timeout_s
 from raysgd.driver.progress import make_progress
 from raysgd.driver.recovery import RecoveryPolicy
 from raysgd.driver.run_recorder import DiskSettings, ResumePoint, RunRecorder
+from raysgd.driver.staged import staged_parts
 from raysgd.driver.supervisor import Supervisor
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.driver.worker_group import WorkerGroup
@@ -31,6 +32,7 @@ from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.operator import TrainingOperator
 from raysgd.recovery import FailureConfig
 from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state.disk_checkpoints import CommitFiles, StagedShards
 from raysgd.strategy import check_strategy
 from raysgd.worker.metrics import reduce_worker_results
 
@@ -98,15 +100,20 @@ class TorchTrainer:
         self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         use_gpu = self._resolve_gpu(use_gpu, num_gpus_per_worker)
+        commit_every = check_commit_every(checkpoint_every_n_steps)
+        strategy = check_strategy(strategy, wrap_ddp, use_fp16, self.operator_cls)
+        disk = DiskSettings.create(
+            checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
+            checkpoint_score_attr, checkpoint_score_mode, commit_every,
+            in_process=self.use_local and self.num_workers == 1)
         self.settings = WorkerSettings(
             use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
             num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
-            commit_every=check_commit_every(checkpoint_every_n_steps),
-            clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps,
-            strategy=check_strategy(strategy, wrap_ddp, use_fp16, self.operator_cls,
-                                    checkpoint_dir))
+            commit_every=commit_every, clip_grad_norm=clip_grad_norm,
+            accumulate_steps=accumulate_steps, strategy=strategy,
+            staged_disk=disk.staged(strategy))
         self._warm = WarmSettings.create(
             reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0), use_gpu,
             in_trial=_reservation is not None or placement.inside_placement_group())
@@ -121,10 +128,7 @@ class TorchTrainer:
         # steps there) gets a commit after it, so a rollback keeps that change.
         self._validate_mutates = bool(getattr(self.operator_cls, "validate_changes_state", False))
         self._closed_reason: Optional[str] = None
-        self._recorder = RunRecorder(DiskSettings.create(
-            checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
-            checkpoint_score_attr, checkpoint_score_mode, self.settings.commit_every,
-            in_process=self.use_local and self.num_workers == 1), self.operator_cls, loggers)
+        self._recorder = RunRecorder(disk, self.operator_cls, loggers)
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
             timeout_s, local_ranks=1 if self.use_local else 0,
@@ -132,7 +136,9 @@ class TorchTrainer:
         try:
             # The checkpoint is read and checked, and the loggers set up, before any actor starts.
             self._start(self._recorder.open(self.config))
-            self._recorder.start(fetch_to_driver)
+            self._recorder.start(  # a sharding strategy's ranks write their shards themselves
+                StagedShards(lambda step: staged_parts(self._supervisor.group, step))
+                if self.settings.staged_disk else CommitFiles(fetch_to_driver))
         except BaseException:
             self._recorder.close()
             self._supervisor.shutdown(force=True)

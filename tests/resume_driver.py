@@ -1,6 +1,6 @@
 """A training script the resume tests run as a driver process (and SIGKILL).
 
-    python tests/resume_driver.py --dir RUN_DIR --out WEIGHTS.pt [--epochs 4]
+    python tests/resume_driver.py --dir RUN_DIR --out WEIGHTS.pt [--epochs 4] [--strategy fsdp]
 
 Trains a small MLP with dropout on shuffled data on 2 workers, writing a disk
 checkpoint every 4 steps, with ``while trainer.epoch < epochs: trainer.train()``,
@@ -51,13 +51,15 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument("--strategy", default="ddp")  # fsdp: DCP checkpoint directories
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     started = time.time()
     trainer = TorchTrainer(DropoutMLPOperator, num_workers=2, use_gpu=False,
                            config={BATCH_SIZE: 32, "step_sleep": args.step_sleep},
                            scheduler_step_freq="batch", checkpoint_dir=args.dir,
-                           checkpoint_every_n_steps=4, checkpoint_every_n_steps_to_disk=4)
+                           checkpoint_every_n_steps=4, checkpoint_every_n_steps_to_disk=4,
+                           strategy=args.strategy)
     print(json.dumps({"constructed_s": time.time() - started, "epoch": trainer.epoch}), flush=True)
     while trainer.epoch < args.epochs:
         metrics = trainer.train()

@@ -13,8 +13,8 @@ from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
 from raysgd.state.commit import Commit
-from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, to_checkpoint,
-                                     to_snapshots)
+from raysgd.state.disk_checkpoints import (CommitFiles, DiskCheckpointer, ScoreRule,
+                                           check_compatible, to_checkpoint, to_snapshots)
 from raysgd.state.packing import pack_tensors
 
 
@@ -145,7 +145,7 @@ def _commit(step: int, weight: float = 0.0) -> Commit:
 
 def _writer(tmp_path, **kwargs) -> DiskCheckpointer:
     return DiskCheckpointer(CheckpointDirectory(str(tmp_path), keep=kwargs.pop("keep", 10)),
-                            fetch=lambda snaps: list(snaps), operator="m.Op", **kwargs)
+                            CommitFiles(lambda snaps: list(snaps)), operator="m.Op", **kwargs)
 
 
 def test_writer_writes_call_ends_and_every_n_steps_inside_a_call(tmp_path):
@@ -208,7 +208,7 @@ def test_newer_pending_commit_replaces_an_unwritten_one(tmp_path):
         gate.wait(10)
         return list(snaps)
 
-    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), slow_fetch, "m.Op")
+    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), CommitFiles(slow_fetch), "m.Op")
     for step in (1, 2, 3, 4):
         writer.commit_moved(_commit(step), in_epoch=False)
     gate.set()
@@ -226,7 +226,7 @@ def test_a_failing_write_is_reported_and_the_next_one_works(tmp_path, caplog):
             raise OSError("disk full")
         return list(snaps)
 
-    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), flaky_fetch, "m.Op")
+    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), CommitFiles(flaky_fetch), "m.Op")
     with caplog.at_level(logging.WARNING, logger="raysgd"):
         writer.commit_moved(_commit(1), in_epoch=False)
         writer.flush()

@@ -2,18 +2,22 @@
 
 Sharded training against DDP on the same data, sharded commits (what each rank puts, what
 the driver holds), the unsharded save() format both ways, resharding at another world size,
-a meta-device model, and SIGKILLed ranks recovered bitwise (slow).
+DCP disk checkpoints resumed at another size, a meta-device model, and SIGKILLed ranks
+recovered bitwise (slow). A SIGKILLed driver's resume from DCP checkpoints: test_run_dir.
 """
+import json
 import os
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from fsdp_operators import Block, StackOperator, stack
 from operators_for_tests import FaultyOperator
 from raysgd import FSDP, TorchTrainer
+from raysgd.errors import CheckpointError
 from raysgd.state.chunks import is_chunk
 from raysgd.state.packing import PackedTensor
 from raysgd.utils import BATCH_SIZE
@@ -177,6 +181,45 @@ def test_a_commit_reshards_to_another_world_size_and_back(ray_cpus):
             want = group.execute("state_dict")[0]
         finally:
             group.shutdown()
+
+
+def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cpus, tmp_path):
+    """Every rank writes its shards (DCP), the driver gathers the files; plain torch reads
+    them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows)."""
+    run_dir = tmp_path / "run"
+    trainer = make(FSDP(units=Block), checkpoint_dir=str(run_dir), checkpoint_every_n_steps=2,
+                   checkpoint_every_n_steps_to_disk=4)
+    try:
+        trainer.train()
+        trainer.train()
+        want = trainer.state_dict()
+    finally:
+        trainer.shutdown()
+    index = json.loads((run_dir / "index.json").read_text())
+    assert [e["step"] for e in index["checkpoints"]] == [8, 12, 16]  # keep_checkpoints=3
+    latest = run_dir / index["latest"]
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(latest))
+    dcp_to_torch_save(str(latest), str(tmp_path / "plain.pt"))
+    plain = torch.load(tmp_path / "plain.pt", weights_only=False)
+    for name, value in want["models"][0].items():
+        assert torch.equal(plain["models"][f"0.{name}"], value), name
+
+    resumed = make(FSDP(units=Block), num_workers=3, checkpoint_dir=str(run_dir),
+                   config={BATCH_SIZE: 48})
+    try:
+        assert resumed.epoch == 2
+        got = resumed.state_dict()
+        for part in ("models", "optimizers"):
+            pairs = list(zip(_tensors(got[part]), _tensors(want[part])))
+            assert pairs and all(torch.equal(a, b) for a, b in pairs)
+        assert got["global_step"] == want["global_step"]
+        resumed.train()  # and it trains on, writing 3-rank checkpoints
+    finally:
+        resumed.shutdown()
+    latest = run_dir / json.loads((run_dir / "index.json").read_text())["latest"]
+    assert len([name for name in os.listdir(latest) if name.endswith(".distcp")]) == 3
+    with pytest.raises(CheckpointError, match=r"resume with strategy=FSDP"):
+        make("ddp", checkpoint_dir=str(run_dir))
 
 
 def test_a_meta_device_model_is_materialized_shard_by_shard(ray_cpus):

@@ -87,7 +87,6 @@ class NoGroup:
     ({"strategy": FSDP(), "wrap_ddp": False}, "drop wrap_ddp=False"),
     ({"strategy": "zero3"}, "is not a strategy; pass 'ddp'"),
     ({"strategy": nn.Linear}, "is not a strategy"),
-    ({"strategy": FSDP(), "checkpoint_dir": "/tmp/x"}, "trainer.save"),
 ])
 def test_bad_strategy_input_fails_on_the_driver_before_any_worker(kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -89,7 +89,7 @@ def _modules():
 
 RAY_BOUNDARY = ("raysgd/driver/worker_group.py", "raysgd/driver/fanout.py", "raysgd/driver/warm.py",
                 "raysgd/driver/placement.py", "raysgd/driver/watch.py", "raysgd/worker/actor.py",
-                "raysgd/driver/replicas.py",
+                "raysgd/driver/replicas.py", "raysgd/driver/staged.py",
                 "raysgd/data/feed.py", "raysgd/tune.py", "raysgd/function/trainable.py",
                 "raysgd/function/hooks.py")
 

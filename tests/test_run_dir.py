@@ -200,12 +200,15 @@ def test_a_failing_logger_does_not_stop_training(trainer_factory, tmp_path, capl
 
 
 @pytest.mark.slow
-def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path):
-    """The promise: kill -9 the driver, run the script again, same final weights."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strategy):
+    """The promise: kill -9 the driver, run the script again, same final weights (under
+    FSDP from sharded DCP checkpoint directories that every rank wrote)."""
     script = os.path.join(TESTS_DIR, "resume_driver.py")
 
     def run(run_dir, out, **popen):
-        return subprocess.Popen([sys.executable, script, "--dir", str(run_dir), "--out", str(out)],
+        return subprocess.Popen([sys.executable, script, "--dir", str(run_dir), "--out", str(out),
+                                 "--strategy", strategy],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, **popen)
 

@@ -13,8 +13,9 @@ import logging
 import numbers
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
+from raysgd.config import StagedDisk
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
 from raysgd.state.checkpoint_dir import CheckpointDirectory
@@ -58,6 +59,13 @@ class DiskSettings:
             raise ConfigError(f"resume must be True or False, got {resume!r}.")
         return cls(_writable_dir(checkpoint_dir), keep_checkpoints, every_n_steps, resume,
                    ScoreRule.create(score_attr, score_mode))
+
+    def staged(self, strategy: Any) -> Optional[StagedDisk]:
+        """The ranks' own disk schedule, where a sharding strategy has every rank write its
+        shards of ``checkpoint_dir``'s checkpoints (none without a directory)."""
+        if self.path is None or not strategy.stages_disk_checkpoints:
+            return None
+        return StagedDisk(self.every_n_steps)
 
 
 def _check_positive(name: str, value: Any, none_means: str) -> None:
@@ -162,10 +170,11 @@ class RunRecorder:
         check_compatible(meta, self.operator, path)
         return ResumePoint(path, int(meta.get("step", 0)), int(meta.get("epoch", 0)), snapshots)
 
-    def start(self, fetch: Callable[[List[Any]], List[dict]]) -> None:
-        """Workers are up (and resumed): start writing checkpoints."""
+    def start(self, source: Any) -> None:
+        """Workers are up (and resumed): start writing checkpoints, whose content comes from
+        ``source`` (``raysgd.state.disk_checkpoints.CommitFiles`` or ``StagedShards``)."""
         if self.directory is not None:
-            self.checkpointer = DiskCheckpointer(self.directory, fetch, self.operator,
+            self.checkpointer = DiskCheckpointer(self.directory, source, self.operator,
                                                  self.disk.every_n_steps, self.disk.score,
                                                  resumed_step=self._resumed_step)
 

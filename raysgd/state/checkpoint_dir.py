@@ -4,10 +4,12 @@ Layout::
 
     checkpoint_dir/
         checkpoint-000012.pt   # the newest ``keep`` checkpoints, same format as save()
-        best.pt                # the best by checkpoint_score_attr, when asked for
+        checkpoint-000012/     # ... or, under a sharding strategy, DCP directories
+                               #     (raysgd.state.sharded_dir)
+        best.pt (or best/)     # the best by checkpoint_score_attr, when asked for
         index.json             # which file is latest, with step/epoch/operator per file
 
-Every file is written atomically (see :func:`raysgd.state.checkpoint.write_atomic`)
+Every file (and directory) is written atomically (see :func:`raysgd.state.checkpoint.write_atomic`)
 and the index is replaced only after the file it names is complete, so a
 crash at any moment leaves a readable latest checkpoint. Writers (threads or
 processes) serialize on an ``flock`` of ``.lock``, so concurrent writes never
@@ -25,19 +27,34 @@ import os
 import re
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state import sharded_dir
 
 logger = logging.getLogger("raysgd")
 
 INDEX = "index.json"
 BEST = "best.pt"
-_NAME = "checkpoint-{seq:06d}.pt"
-_NAME_RE = re.compile(r"^checkpoint-(\d{6,})\.pt$")
+_NAME = "checkpoint-{seq:06d}"
+_NAME_RE = re.compile(r"^checkpoint-(\d{6,})(\.pt)?$")
 STALE_TEMP_S = 300.0
 RUN_KEY = "raysgd_run"  # the metadata entry inside a checkpoint written here
+RANKS_KEY = "ranks"  # the other ranks' parts inside a checkpoint written here
+# A checkpoint to write: a file's bytes, or a function that writes a directory at a path.
+Content = Union[bytes, Callable[[str], Any]]
+
+
+def _file_name(stem: str, content: Content) -> str:
+    return stem if callable(content) else stem + ".pt"
+
+
+def _put(path: str, content: Content) -> None:
+    if callable(content):
+        content(path)
+    else:
+        checkpoint_io.write_atomic(path, content)
 
 
 class CheckpointDirectory:
@@ -49,7 +66,7 @@ class CheckpointDirectory:
         self._thread_lock = threading.Lock()
 
     # ---------------------------------------------------------------- writing
-    def write(self, data: bytes, meta: Dict[str, Any]) -> str:
+    def write(self, data: Content, meta: Dict[str, Any]) -> str:
         """Add a checkpoint as the new latest; drop the oldest beyond ``keep``.
 
         A checkpoint of a step already listed replaces that entry (a state change
@@ -61,8 +78,8 @@ class CheckpointDirectory:
             index = self._read_index()
             entries = index["checkpoints"]
             seq = max((e["seq"] for e in entries), default=self._max_seq_on_disk()) + 1
-            name = _NAME.format(seq=seq)
-            checkpoint_io.write_atomic(os.path.join(self.path, name), data)
+            name = _file_name(_NAME.format(seq=seq), data)
+            _put(os.path.join(self.path, name), data)
             replaced = [e for e in entries if "step" in meta and e.get("step") == meta["step"]]
             entries = [e for e in entries if e not in replaced] + [{**meta, "seq": seq, "file": name}]
             dropped = replaced + (entries[:-self.keep] if self.keep else [])
@@ -70,18 +87,22 @@ class CheckpointDirectory:
             index["latest"] = name
             self._write_index(index)
             for entry in dropped:  # only after the index stopped naming them
-                _remove(os.path.join(self.path, entry["file"]))
+                sharded_dir.remove(os.path.join(self.path, entry["file"]))
             return os.path.join(self.path, name)
 
-    def write_best(self, data: bytes, meta: Dict[str, Any], attr: str, mode: str,
+    def write_best(self, data: Content, meta: Dict[str, Any], attr: str, mode: str,
                    score: float) -> str:
-        """Replace ``best.pt`` with this checkpoint, scored ``attr``=``score``."""
+        """Replace ``best.pt`` (or ``best/``) with this checkpoint, scored ``attr``=``score``."""
         with self._locked():
-            checkpoint_io.write_atomic(os.path.join(self.path, BEST), data)
+            name = _file_name(BEST[:-len(".pt")], data)
+            _put(os.path.join(self.path, name), data)
             index = self._read_index()
-            index["best"] = {**meta, "file": BEST, "attr": attr, "mode": mode, "score": score}
+            stale = (index.get("best") or {}).get("file")
+            index["best"] = {**meta, "file": name, "attr": attr, "mode": mode, "score": score}
             self._write_index(index)
-            return os.path.join(self.path, BEST)
+            if stale and stale != name:  # the strategy changed between runs
+                sharded_dir.remove(os.path.join(self.path, stale))
+            return os.path.join(self.path, name)
 
     # ---------------------------------------------------------------- reading
     def entries(self) -> List[Dict[str, Any]]:
@@ -103,7 +124,7 @@ class CheckpointDirectory:
         for entry in reversed(entries):
             path = os.path.join(self.path, entry["file"])
             try:
-                state = checkpoint_io.load(path)
+                state = _read(path)
             except CheckpointError as exc:
                 failures.append(f"{entry['file']}: {exc}")
                 logger.warning("raysgd: checkpoint %s is unreadable (%s); trying the one "
@@ -151,7 +172,7 @@ class CheckpointDirectory:
 
     def _files_on_disk(self) -> List[Tuple[int, str]]:
         found = []
-        for path in glob.glob(os.path.join(self.path, "checkpoint-*.pt")):
+        for path in glob.glob(os.path.join(self.path, "checkpoint-*")):
             match = _NAME_RE.match(os.path.basename(path))
             if match:
                 found.append((int(match.group(1)), os.path.basename(path)))
@@ -167,13 +188,17 @@ class CheckpointDirectory:
         for path in glob.glob(os.path.join(self.path, ".tmp-*.raysgd")):
             with contextlib.suppress(OSError):
                 if os.path.getmtime(path) < cutoff:
-                    os.unlink(path)
+                    sharded_dir.remove(path)
 
     def _write_index(self, index: Dict[str, Any]) -> None:
         data = json.dumps(index, indent=1, sort_keys=True).encode()
         checkpoint_io.write_atomic(os.path.join(self.path, INDEX), data)
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+def _read(path: str) -> Dict[str, Any]:
+    """A checkpoint's state: a file's, or a sharded directory's in the same layout (rank
+    0's part, ``RANKS_KEY`` with the others', ``RUN_KEY``)."""
+    if not os.path.isdir(path):
+        return checkpoint_io.load(path)
+    meta, parts = sharded_dir.read_dir(path)
+    return {**parts[0], RANKS_KEY: parts[1:], RUN_KEY: meta}

@@ -5,12 +5,14 @@ The supervisor's commits already sit in the object store; a
 from one background thread on the driver, so training never waits for the
 disk. Commits arriving faster than the disk takes them are coalesced: the
 newest pending one replaces an older one that was not written yet (it holds
-everything the older one did). No Ray here: the trainer passes ``fetch``,
-which turns a commit's snapshot handles into the snapshot dicts.
+everything the older one did). No Ray here: the trainer chooses the source
+of a checkpoint's content once, from the strategy.
 
-A checkpoint file is rank 0's full state (what ``save`` writes, so ``load``
-reads it) plus ``ranks``, every other rank's own position and RNGs, and
-``raysgd_run``, the metadata: operator class, world size, step and epoch.
+:class:`CommitFiles` (replicated strategies): a file of rank 0's full state (what
+``save`` writes, so ``load`` reads it) plus ``ranks``, every other rank's own
+position and RNGs, and ``raysgd_run``, the metadata: operator class, world size,
+step and epoch. :class:`StagedShards` (sharding strategies): a DCP directory
+(``raysgd.state.sharded_dir``) of the files each rank staged for the commit's step.
 """
 from __future__ import annotations
 
@@ -21,17 +23,18 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.checkpoint_dir import RUN_KEY, CheckpointDirectory
+from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
+from raysgd.state.dirblob import DirBlob
+from raysgd.state.sharded_dir import write_dir
 from raysgd.state.packing import pack_tensors, unpack_tensors
 
 logger = logging.getLogger("raysgd")
 
-RANKS_KEY = "ranks"
 SETTLE_S = 0.03  # a write starts this long after its commit arrived (see _run)
 SCORE_MODES = ("min", "max", "auto")
 # Metric names that "auto" scores as lower-is-better; anything else is higher-is-better.
@@ -94,15 +97,44 @@ def to_snapshots(state: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, 
                    "state": pack_tensors(part), "meters": None} for part in parts]
 
 
+class CommitFiles:
+    """A checkpoint file built on the driver from a commit's snapshots (rank 0's holds the
+    whole state); ``fetch`` turns snapshot handles into the snapshot dicts."""
+
+    def __init__(self, fetch: Callable[[List[Any]], List[dict]]):
+        self.fetch = fetch
+        self._verified = False
+
+    def content(self, commit: Commit, meta: Dict[str, Any]) -> bytes:
+        data = checkpoint_io.to_bytes(to_checkpoint(self.fetch(commit.snapshots), meta))
+        if not self._verified:
+            # What load() would refuse (say numpy arrays in an operator's state_dict)
+            # is refused once here, loudly, rather than at resume time.
+            checkpoint_io.from_bytes(data, source="The state to checkpoint")
+            self._verified = True
+        return data
+
+
+class StagedShards:
+    """A sharded checkpoint directory of the files every rank staged on its own node for
+    the commit's step; ``fetch_staged(step)`` yields them one rank at a time."""
+
+    def __init__(self, fetch_staged: Callable[[int], Iterable[DirBlob]]):
+        self.fetch_staged = fetch_staged
+
+    def content(self, commit: Commit, meta: Dict[str, Any]) -> Callable[[str], str]:
+        return lambda path: write_dir(self.fetch_staged(commit.step), meta, path)
+
+
 class DiskCheckpointer:
     """Writes the trainer's commits to ``directory`` from one background thread."""
 
-    def __init__(self, directory: CheckpointDirectory, fetch: Callable[[List[Any]], List[dict]],
+    def __init__(self, directory: CheckpointDirectory, source: Any,
                  operator: str, every_n_steps: Optional[int] = None,
                  score: Optional[ScoreRule] = None, resumed_step: Optional[int] = None):
         """``resumed_step``: the step this run resumed at (None: a fresh run)."""
         self.directory = directory
-        self.fetch = fetch
+        self.source = source  # CommitFiles or StagedShards
         self.operator = operator
         self.every_n_steps = every_n_steps
         self.score = score
@@ -118,8 +150,7 @@ class DiskCheckpointer:
         self._busy = False
         self._closed = False
         self._flushing = 0  # callers waiting in flush(): write without the settle delay
-        self._verified = False
-        self._serialized: Optional[Tuple[Commit, bytes, Dict[str, Any]]] = None
+        self._serialized: Optional[Tuple[Commit, Any, Dict[str, Any]]] = None
         self._thread = threading.Thread(target=self._run, name="raysgd-checkpoint-writer",
                                         daemon=True)
         self._thread.start()
@@ -242,18 +273,12 @@ class DiskCheckpointer:
         self.write_seconds.append(time.perf_counter() - start)
         self.write_cpu_seconds.append(time.thread_time() - cpu_start)
 
-    def _serialize(self, commit: Commit) -> Tuple[bytes, Dict[str, Any]]:
+    def _serialize(self, commit: Commit) -> Tuple[Any, Dict[str, Any]]:
         if self._serialized is not None and self._serialized[0] is commit:
             return self._serialized[1], self._serialized[2]  # latest and best of one commit
-        snapshots = self.fetch(commit.snapshots)
         meta = {"operator": self.operator, "world_size": commit.world_size,
                 "step": commit.step, "epoch": commit.epochs_done, "time": time.time()}
-        data = checkpoint_io.to_bytes(to_checkpoint(snapshots, meta))
-        if not self._verified:
-            # What load() would refuse (say numpy arrays in an operator's state_dict)
-            # is refused once here, loudly, rather than at resume time.
-            checkpoint_io.from_bytes(data, source="The state to checkpoint")
-            self._verified = True
+        data = self.source.content(commit, meta)
         self._serialized = (commit, data, meta)
         return data, meta
 

@@ -124,6 +124,15 @@ class _WorkerActor:
         ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
 
 
+    # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged).
+    @ray.method(concurrency_group="copies")
+    def staged_files(self, step: int) -> Dict[str, bytes]:
+        runner = self.runner  # release() may clear it meanwhile
+        if runner is None:
+            raise RuntimeError(f"rank {self.rank} has no runner, so no staged checkpoint")
+        return self.execute_fn(runner.staged_files, step)
+
+
 # Two commit threads: a request from a new call can enter while one left over
 # from the previous call still waits, and releases it (see CommitHandoff.take).
 RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1})(

@@ -8,7 +8,8 @@ only then allocated (``to_empty``) and initialised, so no rank ever holds all of
 
 State: a commit holds this rank's chunks only (``raysgd.state.chunks``); a restore takes the
 rank's own chunks back, or cuts its new piece from the overlapping old chunks when the world
-size changed; ``save()``'s full format is gathered one tensor at a time to rank 0's CPU.
+size changed; ``save()``'s full format is gathered one tensor at a time to rank 0's CPU;
+disk checkpoints are DCP's (``raysgd.worker.dcp_io``), written by every rank.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from raysgd.config import RankInfo
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state.chunks import as_tensor, assemble, make_chunk
 from raysgd.strategy import FSDP
-from raysgd.worker import distributed
+from raysgd.state.sharded_dir import SHARDED_KEY
+from raysgd.worker import dcp_io, distributed
 
 
 def _layout(tensor: DTensor):
@@ -171,8 +173,16 @@ class FSDPStrategy:
                  "optimizers": [_gathered(o.state_dict(), keep) for o in optimizers]}
         return state if keep else None
 
+    def save_sharded(self, models: list, optimizers: list, path: str) -> None:
+        """This rank's shards in DCP format into the local directory ``path`` (a collective;
+        a sharded disk checkpoint, ``raysgd.worker.staging``)."""
+        dcp_io.save(models, optimizers, path)
+
     def load(self, models: list, optimizers: list, primary: Dict[str, Any],
              sources: Sequence[Dict[str, Any]]) -> None:
+        if SHARDED_KEY in primary:  # a sharded disk checkpoint: DCP reshards as it reads
+            dcp_io.load(models, optimizers, primary[SHARDED_KEY]["files"])
+            return
         if "shards" in primary:
             parts = [source["shards"] for source in sources]
         else:  # a full state: save()'s file or load_state_dict(), sliced by every rank

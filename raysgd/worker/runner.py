@@ -22,6 +22,7 @@ from raysgd.data.shards import shard_loaders
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
+from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import distributed, rng
 from raysgd.worker.batches import map_tensors
 from raysgd.worker.handoff import CommitHandoff
@@ -30,6 +31,7 @@ from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents
 from raysgd.worker.returns import call_metrics
+from raysgd.worker.staging import NoStaging, create_staging
 from raysgd.worker.strategy import create_strategy
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
@@ -78,6 +80,7 @@ class WorkerRunner:
         self.events = BatchEvents()  # the running call's counters, for the driver's progress bar
         self._thread: Optional[int] = None
         self.first_step_wall: Optional[float] = None  # wall time of the first step after a restore
+        self._staging = NoStaging()  # sharded disk checkpoints, once the operator exists
 
     # ---------------------------------------------------------------- set-up
     def create_store(self, host: str) -> int:
@@ -99,6 +102,7 @@ class WorkerRunner:
         context = OperatorContext(self.rank, self.device, self.settings, precision, self.events,
                                   strategy)
         self.operator = self.operator_cls(self.config, context)
+        self._staging = create_staging(self.settings.staged_disk, self.rank.world_rank)
         if not self.operator._registered:
             raise ConfigError(
                 f"{self.operator_cls.__name__}.setup() did not call self.register(models=..., "
@@ -263,11 +267,13 @@ class WorkerRunner:
 
     def _check_counts(self, state: Dict[str, Any]) -> None:
         op = self.operator
-        parts = state.get("shards", state)
+        parts = state.get("shards") or state.get(SHARDED_KEY) or state
         for key, have in (("models", op._original_models), ("optimizers", op._optimizers)):
-            if len(parts.get(key, [])) != len(have):
+            count = parts.get(key, [])  # a list, or a sharded checkpoint's count
+            count = count if isinstance(count, int) else len(count)
+            if count != len(have):
                 raise CheckpointError(
-                    f"The checkpoint has {len(parts.get(key, []))} {key} but "
+                    f"The checkpoint has {count} {key} but "
                     f"{type(op).__name__} registered {len(have)}; load it into an operator "
                     "that registers the same components.")
 
@@ -281,11 +287,20 @@ class WorkerRunner:
     def snapshot(self, call_done: int = 0) -> Dict[str, Any]:
         """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
         meters = getattr(self.operator, "_meters", None)
+        state = self._commit_state()
+        op = self.operator
+        self._staging.stage(self._passes.steps, not call_done, state,
+                            lambda path: op._context.strategy.save_sharded(
+                                op._original_models, op._optimizers, path))
         return {"step": self._passes.steps, "call_done": call_done,
                 "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
-                "state": pack_tensors(self._commit_state()),
+                "state": pack_tensors(state),
                 "meters": copy.deepcopy(meters) if call_done else None}
+
+    def staged_files(self, step: int) -> Dict[str, bytes]:
+        """The files this rank staged for the sharded disk checkpoint of ``step``."""
+        return self._staging.staged_files(step)
 
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
                 *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:
@@ -362,5 +377,6 @@ class WorkerRunner:
                 passes.close()
         self.operator = None
         self._passes = self._val_passes = self._train_epoch = None
+        self._staging.close()
         distributed.destroy_process_group()
         self._store = None

@@ -1,0 +1,89 @@
+"""A rank's sharded disk checkpoints, staged on its own node until the driver takes them.
+
+Under a sharding strategy with ``checkpoint_dir``, no rank holds the whole state, so the
+ranks write the checkpoint themselves: at each commit the driver's disk rule picks
+(``raysgd.config.StagedDisk.due``), every rank saves its shards with DCP (a collective)
+and its own small part into a local directory, and the driver's disk writer fetches the
+files (``staged_files``, from the actor's ``copies`` thread) into ``checkpoint_dir``.
+The newest ``KEEP`` steps stay staged; the driver takes a step soon after its commit.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from raysgd.config import StagedDisk
+from raysgd.errors import CheckpointError
+from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state.dirblob import DirBlob, pack_dir
+from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY, replace_dir
+
+KEEP = 3
+
+
+class NoStaging:
+    """The driver writes the checkpoints (or there is no ``checkpoint_dir``)."""
+
+    def stage(self, step: int, call_end: bool, state: Dict[str, Any],
+              save_shards: Callable[[str], Any]) -> None:
+        pass
+
+    def staged_files(self, step: int) -> DirBlob:
+        raise CheckpointError("this rank stages no disk checkpoints (it runs without "
+                              "checkpoint_dir or under a replicated strategy)")
+
+    def close(self) -> None:
+        pass
+
+
+class DiskStaging:
+    """Staged checkpoints of one rank: ``<tmp>/raysgd-staged-*/step-<step>/``."""
+
+    def __init__(self, schedule: StagedDisk, rank: int):
+        self.schedule = schedule
+        self.rank = rank
+        self.root = tempfile.mkdtemp(prefix="raysgd-staged-")
+        self._lock = threading.Lock()  # the training thread swaps, the copies thread reads
+        self._steps: list = []
+
+    def stage(self, step: int, call_end: bool, state: Dict[str, Any],
+              save_shards: Callable[[str], Any]) -> None:
+        """Stage the commit of ``step`` if it goes to disk: ``save_shards(path)`` writes the
+        models and optimizers with DCP, ``state`` (the commit's content) gives the rest."""
+        if not self.schedule.due(step, call_end):
+            return
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.root)
+        save_shards(tmp)  # every rank at the same commit: DCP plans collectively
+        part = {key: value for key, value in state.items() if key != "shards"}
+        if self.rank == 0:  # with what the whole checkpoint holds, as rank 0's commit does
+            shards = state.get("shards", {})
+            part[SHARDED_KEY] = {"models": len(shards.get("models", [])),
+                                 "optimizers": len(shards.get("optimizers", []))}
+        checkpoint_io.write_atomic(os.path.join(tmp, RANK_FILE.format(rank=self.rank)),
+                                   checkpoint_io.to_bytes(part))
+        with self._lock:
+            replace_dir(tmp, self._path(step))
+            self._steps = [s for s in self._steps if s != step] + [step]
+            for old in self._steps[:-KEEP]:
+                shutil.rmtree(self._path(old), ignore_errors=True)
+            self._steps = self._steps[-KEEP:]
+
+    def staged_files(self, step: int) -> DirBlob:
+        with self._lock:
+            if step not in self._steps:
+                raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
+                                      f"{step} (it keeps steps {self._steps})")
+            return pack_dir(self._path(step))
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _path(self, step: int) -> str:
+        return os.path.join(self.root, f"step-{step}")
+
+
+def create_staging(schedule: Optional[StagedDisk], rank: int):
+    return DiskStaging(schedule, rank) if schedule is not None else NoStaging()

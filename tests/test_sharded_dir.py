@@ -1,0 +1,144 @@
+"""Sharded disk checkpoints without Ray: the ranks' staging, the directory format, and the
+run directory holding such directories (issue 24). Fake DCP files stand in for torch's:
+the real ones are written and read in test_fsdp.py."""
+import json
+import logging
+import os
+import time
+
+import pytest
+import torch
+
+from raysgd.config import StagedDisk
+from raysgd.errors import CheckpointError
+from raysgd.state import checkpoint as checkpoint_io
+from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, RUN_KEY, CheckpointDirectory
+from raysgd.state.commit import Commit
+from raysgd.state.disk_checkpoints import DiskCheckpointer, StagedShards, to_snapshots
+from raysgd.state.sharded_dir import RUN_FILE, SHARDED_KEY, read_dir, write_dir
+from raysgd.worker.staging import KEEP, DiskStaging, NoStaging, create_staging
+
+
+def test_the_ranks_stage_the_commits_the_driver_writes():
+    every_8 = StagedDisk(every_n_steps=8)
+    assert every_8.due(5, call_end=True)  # every call end
+    assert [step for step in range(1, 25) if every_8.due(step, call_end=False)] == [8, 16, 24]
+    assert not StagedDisk().due(8, call_end=False)  # only call ends without every_n_steps
+    assert isinstance(create_staging(None, 0), NoStaging)
+
+
+def _fake_dcp(rank):
+    """What dcp.save leaves on one rank: its shard file, and rank 0 the metadata."""
+    def save(path):
+        with open(os.path.join(path, f"__{rank}_0.distcp"), "wb") as handle:
+            handle.write(bytes([rank]) * 10)
+        if rank == 0:
+            with open(os.path.join(path, ".metadata"), "wb") as handle:
+                handle.write(b"meta")
+    return save
+
+
+def _state(rank, step):
+    state = {"global_step": step, "rng": {"torch": torch.arange(3)},
+             "shards": {"models": [{"w": 1}], "optimizers": [{}]}}
+    return {**state, "schedulers": [{"last_epoch": step}]} if rank == 0 else state
+
+
+def test_staging_keeps_the_newest_steps_and_serves_their_files():
+    staging = DiskStaging(StagedDisk(every_n_steps=2), rank=1)
+    try:
+        for step in range(1, 9):
+            staging.stage(step, False, _state(1, step), _fake_dcp(1))
+        assert staging._steps == [4, 6, 8][-KEEP:]
+        files = staging.staged_files(8)
+        assert sorted(files) == ["__1_0.distcp", "raysgd-rank1.pt"]
+        part = checkpoint_io.from_bytes(files["raysgd-rank1.pt"])
+        assert part["global_step"] == 8 and "shards" not in part and SHARDED_KEY not in part
+        with pytest.raises(CheckpointError, match=r"no staged checkpoint of step 3 .*\[4, 6, 8\]"):
+            staging.staged_files(3)
+        staging.stage(8, True, _state(1, 99), _fake_dcp(1))  # the same step again: replaced
+        assert checkpoint_io.from_bytes(staging.staged_files(8)["raysgd-rank1.pt"])[
+            "global_step"] == 99
+        assert staging._steps == [4, 6, 8]
+    finally:
+        staging.close()
+    assert not os.path.exists(staging.root)
+
+
+def _parts(step, world=2):
+    parts = []
+    for rank in range(world):
+        staging = DiskStaging(StagedDisk(), rank)
+        staging.stage(step, True, _state(rank, step), _fake_dcp(rank))
+        parts.append(staging.staged_files(step))
+        staging.close()
+    return parts
+
+
+def _meta(step, world=2):
+    return {"operator": "m.Op", "world_size": world, "step": step, "epoch": 1}
+
+
+def test_a_sharded_directory_round_trips_every_ranks_part(tmp_path):
+    path = write_dir(iter(_parts(12)), _meta(12), str(tmp_path / "checkpoint-000001"))
+    assert sorted(os.listdir(path)) == sorted([".metadata", "__0_0.distcp", "__1_0.distcp",
+                                               RUN_FILE, "raysgd-rank0.pt", "raysgd-rank1.pt"])
+    meta, parts = read_dir(path)
+    assert meta == _meta(12) and [p["global_step"] for p in parts] == [12, 12]
+    assert sorted(parts[0][SHARDED_KEY]["files"]) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert parts[0]["schedulers"] == [{"last_epoch": 12}] and SHARDED_KEY not in parts[1]
+    assert parts[0][SHARDED_KEY]["models"] == parts[0][SHARDED_KEY]["optimizers"] == 1
+    # The resume path: the same snapshots a checkpoint file gives, rank by rank.
+    _, snapshots = to_snapshots({**parts[0], RANKS_KEY: parts[1:], RUN_KEY: meta})
+    assert [s["world_size"] for s in snapshots] == [2, 2] and snapshots[0]["step"] == 12
+
+
+def test_an_incomplete_staged_checkpoint_is_not_written(tmp_path):
+    with pytest.raises(CheckpointError, match=r"incomplete \(ranks \[0\] of 2"):
+        write_dir(iter(_parts(4)[:1]), _meta(4), str(tmp_path / "checkpoint-000001"))
+    assert os.listdir(tmp_path) == []  # neither the checkpoint nor a temp directory
+
+
+def test_the_run_directory_keeps_retires_and_rebuilds_sharded_checkpoints(tmp_path, caplog):
+    directory = CheckpointDirectory(str(tmp_path), keep=2)
+    for step in (4, 8, 12):
+        parts = _parts(step)
+        directory.write(lambda path, p=parts, s=step: write_dir(iter(p), _meta(s), path),
+                        _meta(step))
+    names = sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-"))
+    assert names == ["checkpoint-000002", "checkpoint-000003"]  # directories, the oldest gone
+    state, entry = directory.load_latest()
+    assert entry["step"] == 12 and state[RUN_KEY]["step"] == 12 and len(state[RANKS_KEY]) == 1
+    os.unlink(tmp_path / INDEX)
+    with caplog.at_level(logging.WARNING, logger="raysgd"):
+        state, entry = directory.load_latest()
+    assert entry["file"] == "checkpoint-000003" and "rebuilt it from 2" in caplog.text
+    stale = tmp_path / ".tmp-crashed.raysgd"
+    stale.mkdir()
+    (stale / "__0_0.distcp").write_bytes(b"x")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    directory.write(lambda path: write_dir(iter(_parts(16)), _meta(16), path), _meta(16))
+    assert not stale.exists()
+
+
+def test_the_disk_writer_fetches_staged_shards_into_numbered_directories(tmp_path):
+    fetched = []
+
+    def fetch_staged(step):
+        fetched.append(step)
+        return iter(_parts(step))
+
+    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), StagedShards(fetch_staged),
+                              "m.Op", every_n_steps=4)
+    writer.commit_moved(Commit(4, 0, 2, [None, None], 0), in_epoch=True)
+    writer.flush()  # else the next commit replaces it before it is written
+    writer.commit_moved(Commit(6, 0, 2, [None, None], 0), in_epoch=True)  # not a multiple
+    writer.commit_moved(Commit(7, 0, 2, [None, None], 1), in_epoch=False)  # a call's end
+    writer.close()
+    assert fetched == [4, 7]
+    entries = writer.directory.entries()
+    assert [(e["file"], e["step"]) for e in entries] == [("checkpoint-000001", 4),
+                                                          ("checkpoint-000002", 7)]
+    with open(tmp_path / "checkpoint-000002" / RUN_FILE) as handle:
+        assert json.load(handle)["epoch"] == 1
