@@ -24,15 +24,14 @@ from raysgd.driver.pool import idle_timeout_s
 from raysgd.driver.progress import make_progress
 from raysgd.driver.recovery import RecoveryPolicy
 from raysgd.driver.run_recorder import DiskSettings, ResumePoint, RunRecorder
-from raysgd.driver.staged import staged_parts
+from raysgd.driver.staged import disk_source
 from raysgd.driver.supervisor import Supervisor
-from raysgd.driver.watch import fetch_to_driver
 from raysgd.driver.worker_group import WorkerGroup
 from raysgd.errors import CheckpointError, ConfigError, TrainerShutdownError
 from raysgd.operator import TrainingOperator
 from raysgd.recovery import FailureConfig
 from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.disk_checkpoints import CommitFiles, StagedShards
+from raysgd.state.checkpoint_dir import read_checkpoint
 from raysgd.strategy import check_strategy
 from raysgd.worker.metrics import reduce_worker_results
 
@@ -136,9 +135,8 @@ class TorchTrainer:
         try:
             # The checkpoint is read and checked, and the loggers set up, before any actor starts.
             self._start(self._recorder.open(self.config))
-            self._recorder.start(  # a sharding strategy's ranks write their shards themselves
-                StagedShards(lambda step: staged_parts(self._supervisor.group, step))
-                if self.settings.staged_disk else CommitFiles(fetch_to_driver))
+            self._recorder.start(disk_source(self.settings.staged_disk,
+                                             lambda: self._supervisor.group))
         except BaseException:
             self._recorder.close()
             self._supervisor.shutdown(force=True)
@@ -289,9 +287,10 @@ class TorchTrainer:
         return path
 
     def load(self, checkpoint: str) -> None:
-        """Load a file written by :meth:`save` (tensors and plain containers only)."""
+        """Load a file written by :meth:`save`, or a checkpoint of ``checkpoint_dir`` (a file;
+        under FSDP a sharded directory). Tensors and plain containers only."""
         self._group()
-        self.load_state_dict(checkpoint_io.load(checkpoint))
+        self.load_state_dict(read_checkpoint(checkpoint))
         logger.info("raysgd: checkpoint %s loaded into %d worker(s)", checkpoint,
                     self._supervisor.group.num_workers)
 

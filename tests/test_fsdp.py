@@ -188,7 +188,7 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
     them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows)."""
     run_dir = tmp_path / "run"
     trainer = make(FSDP(units=Block), checkpoint_dir=str(run_dir), checkpoint_every_n_steps=2,
-                   checkpoint_every_n_steps_to_disk=4)
+                   checkpoint_every_n_steps_to_disk=4, checkpoint_score_attr="train_loss")
     try:
         trainer.train()
         trainer.train()
@@ -199,6 +199,7 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
     assert [e["step"] for e in index["checkpoints"]] == [8, 12, 16]  # keep_checkpoints=3
     latest = run_dir / index["latest"]
     assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(latest))
+    assert index["best"]["file"] == "best" and (run_dir / "best" / ".metadata").exists()
     dcp_to_torch_save(str(latest), str(tmp_path / "plain.pt"))
     plain = torch.load(tmp_path / "plain.pt", weights_only=False)
     for name, value in want["models"][0].items():
@@ -214,12 +215,22 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
             assert pairs and all(torch.equal(a, b) for a, b in pairs)
         assert got["global_step"] == want["global_step"]
         resumed.train()  # and it trains on, writing 3-rank checkpoints
+        after = resumed.state_dict()
     finally:
         resumed.shutdown()
     latest = run_dir / json.loads((run_dir / "index.json").read_text())["latest"]
     assert len([name for name in os.listdir(latest) if name.endswith(".distcp")]) == 3
     with pytest.raises(CheckpointError, match=r"resume with strategy=FSDP"):
         make("ddp", checkpoint_dir=str(run_dir))
+    loaded = make(FSDP())  # load() takes such a directory too (one unit per model here)
+    try:
+        loaded.load(str(latest))
+        got = loaded.state_dict()
+        pairs = list(zip(_tensors(got["models"]), _tensors(after["models"])))
+        assert pairs and all(torch.equal(a, b) for a, b in pairs)
+        assert got["global_step"] == after["global_step"] > want["global_step"]
+    finally:
+        loaded.shutdown()
 
 
 def test_a_meta_device_model_is_materialized_shard_by_shard(ray_cpus):

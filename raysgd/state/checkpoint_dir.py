@@ -124,7 +124,7 @@ class CheckpointDirectory:
         for entry in reversed(entries):
             path = os.path.join(self.path, entry["file"])
             try:
-                state = _read(path)
+                state = read_checkpoint(path)
             except CheckpointError as exc:
                 failures.append(f"{entry['file']}: {exc}")
                 logger.warning("raysgd: checkpoint %s is unreadable (%s); trying the one "
@@ -195,9 +195,10 @@ class CheckpointDirectory:
         checkpoint_io.write_atomic(os.path.join(self.path, INDEX), data)
 
 
-def _read(path: str) -> Dict[str, Any]:
-    """A checkpoint's state: a file's, or a sharded directory's in the same layout (rank
-    0's part, ``RANKS_KEY`` with the others', ``RUN_KEY``)."""
+def read_checkpoint(path: str) -> Dict[str, Any]:
+    """A checkpoint's state: a file's (``save()``'s, or one written here), or a sharded
+    directory's in the same layout (rank 0's part, ``RANKS_KEY`` with the others',
+    ``RUN_KEY``)."""
     if not os.path.isdir(path):
         return checkpoint_io.load(path)
     meta, parts = sharded_dir.read_dir(path)
