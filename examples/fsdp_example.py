@@ -6,10 +6,13 @@ makes each ``Block`` a shard unit; because the model is built under
 ``torch.device("meta")``, no worker ever allocates all of it: raysgd shards it first, then
 allocates each worker's shards and initialises them (``reset_parameters()``, or
 ``FSDP(init_weights=...)``). ``trainer.save()`` writes the usual unsharded checkpoint,
-which this script loads into a plain ``nn.Module`` at the end.
+which this script loads into a plain ``nn.Module`` at the end. With ``--checkpoint-dir``
+every rank also writes its shards there (torch's DCP format) as it trains, and the same
+command run again resumes from them, at any ``--num-workers``.
 
     python examples/fsdp_example.py                  # 2 workers, 4 epochs
     python examples/fsdp_example.py --smoke-test     # a small, fast run
+    python examples/fsdp_example.py --checkpoint-dir runs/fsdp   # resumable
 """
 from __future__ import annotations
 
@@ -74,6 +77,8 @@ def main(argv=None) -> float:
     parser.add_argument("--depth", type=int, default=6)
     parser.add_argument("--smoke-test", action="store_true")
     parser.add_argument("--address", default=None, help="Ray address, e.g. 'auto'")
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="sharded disk checkpoints here; run again to resume")
     args = parser.parse_args(argv)
     if args.smoke_test:
         args.epochs, args.width, args.depth = 2, 64, 3
@@ -81,13 +86,14 @@ def main(argv=None) -> float:
     config = {"width": args.width, "depth": args.depth, "lr": 1e-3, BATCH_SIZE: 64,
               "rows": 1024 if args.smoke_test else 8192}
     trainer = TorchTrainer(ShardedOperator, num_workers=args.num_workers, use_gpu=False,
-                           config=config, strategy=raysgd.FSDP(units=Block))
+                           config=config, strategy=raysgd.FSDP(units=Block),
+                           checkpoint_dir=args.checkpoint_dir)
     params = sum(p.numel() for p in build(args.width, args.depth).parameters())
     print(f"model: {params / 1e6:.2f}M parameters, sharded over {args.num_workers} workers")
-    for epoch in range(1, args.epochs + 1):
+    while trainer.epoch < args.epochs:  # counts a resumed run's epochs too
         train = trainer.train()
         val = trainer.validate()
-        print(f"epoch {epoch}: train_loss {train['train_loss']:.4f}, "
+        print(f"epoch {trainer.epoch}: train_loss {train['train_loss']:.4f}, "
               f"val_loss {val['val_loss']:.4f}")
     with tempfile.TemporaryDirectory() as tmp:
         path = trainer.save(os.path.join(tmp, "model.pt"))  # unsharded, DDP's format

@@ -41,6 +41,10 @@ class FSDP:
     ``init_weights``: for models built on the ``meta`` device in ``setup()``, called with
     each submodule after its shards are allocated (default: the submodule's own
     ``reset_parameters()``, where it has one).
+
+    With ``checkpoint_dir``, disk checkpoints are directories in torch's DCP format that
+    every rank writes its shards into (``raysgd.state.sharded_dir``); ``save()`` still
+    writes the unsharded single file.
     """
 
     units: Union[None, type, Tuple[type, ...], Callable[[Any], bool]] = None

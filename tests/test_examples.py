@@ -52,6 +52,7 @@ def scripts(tmp_path_factory):
     digits = tmp_path_factory.mktemp("digits")
     legacy = tmp_path_factory.mktemp("legacy")
     bench = tmp_path_factory.mktemp("benchmark")
+    fsdp_run = tmp_path_factory.mktemp("fsdp") / "run"
     batch = Batch({
         "pbt": lambda b: run(b, ["examples/pbt_example.py", "--smoke-test"]),
         "digits": lambda b: digits_demo_twice(b, digits / "run"),
@@ -62,7 +63,8 @@ def scripts(tmp_path_factory):
         "cifar": lambda b: run(b, ["examples/cifar_pytorch_example.py", "--smoke-test"]),
         "legacy": lambda b: legacy_script(b, legacy),
         "train": lambda b: run(b, ["examples/train_example.py", "--smoke-test"]),
-        "fsdp": lambda b: run(b, ["examples/fsdp_example.py", "--smoke-test"]),
+        "fsdp": lambda b: (run(b, ["examples/fsdp_example.py", "--smoke-test", "--checkpoint-dir",
+                                   str(fsdp_run)]), fsdp_run),
         "benchmark": lambda b: (run(b, ["examples/benchmark.py", "--smoke-test", "--out",
                                         str(bench / "b.json")]), bench / "b.json"),
     })
@@ -178,8 +180,10 @@ def test_train_example_smoke_fits_the_line(scripts):
 
 @waits_for_its_script
 def test_fsdp_example_smoke_trains_sharded_and_its_checkpoint_loads_into_a_plain_module(scripts):
-    out = scripts.result("fsdp", WAIT_S)
+    out, run_dir = scripts.result("fsdp", WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
+    latest = run_dir / json.loads((run_dir / "index.json").read_text())["latest"]
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(latest))
     losses = [float(v) for v in re.findall(r"val_loss ([\d.]+)", out.stdout)]
     assert len(losses) == 3 and losses[1] < losses[0], out.stdout
     assert losses[2] == pytest.approx(losses[1], abs=1e-4)  # the plain module, same weights
