@@ -5,7 +5,6 @@ the driver's node), removes a worker node mid-epoch (the survivor reshards the c
 worker, reading the lost rank's shards from their copy) and adds one back (resharded to
 two). Prints one JSON line with what it saw.
 """
-import json
 import os
 import sys
 import threading
@@ -17,6 +16,7 @@ os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from cluster_scripts import finish  # noqa: E402
 from fsdp_operators import StackOperator  # noqa: E402
 from raysgd import FSDP, TorchTrainer  # noqa: E402
 from raysgd.recovery import FailureConfig  # noqa: E402
@@ -71,10 +71,7 @@ def main(pid_dir):
                         "num_samples": result["num_samples"]}
     weights = [p.sum().item() for p in trainer.get_model().parameters()]
     out["weights_finite"] = all(w == w for w in weights)
-    trainer.shutdown()
-    ray.shutdown()
-    cluster.shutdown()
-    print("RESULT " + json.dumps(out), flush=True)
+    finish(trainer, cluster, out)
 
 
 if __name__ == "__main__":

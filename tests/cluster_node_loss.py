@@ -4,7 +4,6 @@ Removes the second node mid-epoch, checks training goes on with one worker and
 the same global batch, adds a node back and checks the next train() scales up.
 Prints one JSON line with what it saw.
 """
-import json
 import os
 import sys
 import threading
@@ -16,6 +15,7 @@ os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from cluster_scripts import finish  # noqa: E402
 from operators_for_tests import FaultyOperator  # noqa: E402
 from raysgd import TorchTrainer  # noqa: E402
 from raysgd.recovery import FailureConfig  # noqa: E402
@@ -52,10 +52,7 @@ def main(pid_dir):
                             lambda op: op.config[BATCH_SIZE])}
     out["stats"] = {"failures": trainer.recovery_stats.failures,
                     "recoveries": trainer.recovery_stats.recoveries}
-    trainer.shutdown()
-    ray.shutdown()
-    cluster.shutdown()
-    print("RESULT " + json.dumps(out), flush=True)
+    finish(trainer, cluster, out)
 
 
 if __name__ == "__main__":

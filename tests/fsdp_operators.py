@@ -1,10 +1,10 @@
 """Operators for the FSDP tests (workers import this module by name)."""
-import os
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from operators_for_tests import record_pid
 from raysgd import TrainingOperator
 from raysgd.utils import BATCH_SIZE
 
@@ -74,10 +74,7 @@ class StackOperator(TrainingOperator):
         self.register_data(
             train_loader=DataLoader(TensorDataset(x, y), batch_size=config[BATCH_SIZE]),
             validation_loader=DataLoader(TensorDataset(x, y), batch_size=64))
-        pid_dir = config.get("pid_dir")
-        if pid_dir:
-            with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
-                handle.write(str(os.getpid()))
+        record_pid(config, self.world_rank)
 
     def train_batch(self, batch, batch_info):
         if self.config.get("sleep_s"):

@@ -11,6 +11,25 @@ from raysgd.torch.examples.train_example import LinearDataset
 from raysgd.utils import BATCH_SIZE
 
 
+def record_pid(config, rank):
+    """With ``config['pid_dir']``, write this worker's pid to ``<pid_dir>/rank<rank>``, so a
+    test can kill it."""
+    pid_dir = config.get("pid_dir")
+    if pid_dir:
+        with open(os.path.join(pid_dir, f"rank{rank}"), "w") as handle:
+            handle.write(str(os.getpid()))
+
+
+def record_step(config, rank, step):
+    """With ``config['pid_dir']``, rank 0 writes the step it is at to ``<pid_dir>/step``
+    (atomically), so a test can kill at a chosen step."""
+    pid_dir = config.get("pid_dir")
+    if pid_dir and rank == 0:
+        with open(os.path.join(pid_dir, "step.tmp"), "w") as handle:
+            handle.write(str(step))
+        os.replace(os.path.join(pid_dir, "step.tmp"), os.path.join(pid_dir, "step"))
+
+
 class LinearOperator(TrainingOperator):
     """The seed's custom operator on the linear data."""
 
@@ -214,20 +233,13 @@ class FaultyOperator(TrainingOperator):
         self.register_data(train_loader=DataLoader(TensorDataset(x, y), batch_size=config[BATCH_SIZE],
                                                    shuffle=True),
                            validation_loader=DataLoader(TensorDataset(x, y), batch_size=64))
-        pid_dir = config.get("pid_dir")
-        if pid_dir:
-            with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
-                handle.write(str(os.getpid()))
+        record_pid(config, self.world_rank)
 
     def train_batch(self, batch, batch_info):
         import time
 
         time.sleep(self.config.get("sleep_s", 0.0))
-        pid_dir = self.config.get("pid_dir")
-        if pid_dir and self.world_rank == 0:  # lets a test kill at a chosen step
-            with open(os.path.join(pid_dir, "step.tmp"), "w") as handle:
-                handle.write(str(batch_info["global_step"]))
-            os.replace(os.path.join(pid_dir, "step.tmp"), os.path.join(pid_dir, "step"))
+        record_step(self.config, self.world_rank, batch_info["global_step"])
         hang_flag = self.config.get("hang_once_flag")
         if hang_flag and self.world_rank == 1 and batch_info["global_step"] == 5 \
                 and not os.path.exists(hang_flag):

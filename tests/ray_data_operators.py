@@ -1,10 +1,10 @@
 """Operators for the Ray Data tests; workers import this module by name."""
-import os
 import time
 
 import torch
 from torch import nn
 
+from operators_for_tests import record_pid, record_step
 from raysgd import TrainingOperator
 from raysgd.worker.metrics import NUM_SAMPLES
 
@@ -25,20 +25,13 @@ class IdOperator(TrainingOperator):
         self.seen, self.val_seen, self.batch_sizes = [], [], []
         if config.get("register") is not None:
             self.register_data(train_loader=config["register"])
-        pid_dir = config.get("pid_dir")
-        if pid_dir:
-            with open(os.path.join(pid_dir, f"rank{self.world_rank}"), "w") as handle:
-                handle.write(str(os.getpid()))
+        record_pid(config, self.world_rank)
 
     def train_batch(self, batch, batch_info):
         if self.config.get("default_loop"):
             return super().train_batch(batch, batch_info)
         time.sleep(self.config.get("sleep_s", 0.0))
-        pid_dir = self.config.get("pid_dir")
-        if pid_dir and self.world_rank == 0:
-            with open(os.path.join(pid_dir, "step.tmp"), "w") as handle:
-                handle.write(str(batch_info["global_step"]))
-            os.replace(os.path.join(pid_dir, "step.tmp"), os.path.join(pid_dir, "step"))
+        record_step(self.config, self.world_rank, batch_info["global_step"])
         x, ids = batch
         self.seen.extend(ids.tolist())
         self.batch_sizes.append(len(ids))

@@ -175,16 +175,9 @@ def test_user_error_is_raised_at_once_not_retried(ray_cpus):
 
 
 def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
-    import json
-    import subprocess
-    import sys
+    from cluster_scripts import run_cluster_script
 
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_node_loss.py")
-    out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
-                         timeout=300)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
-    seen = json.loads(lines[-1][len("RESULT "):])
+    seen = run_cluster_script("cluster_node_loss.py", str(tmp_path), timeout=300)
     assert seen["first"] == 512
     loss = seen["after_loss"]
     assert loss["workers"] == 1 and loss["per_worker_batch"] == [32]  # same global batch

@@ -15,6 +15,7 @@ from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from fsdp_operators import Block, StackOperator, stack
+from cluster_scripts import run_cluster_script
 from operators_for_tests import FaultyOperator
 from raysgd import FSDP, TorchTrainer
 from raysgd.errors import CheckpointError
@@ -45,13 +46,20 @@ def run(trainer, epochs=2):
         trainer.shutdown()
 
 
+@pytest.fixture(scope="module")
+def plain_fsdp(ray_session):
+    """Two epochs of StackOperator under FSDP(units=Block): (losses, weights, state_dict)."""
+    return run(make(FSDP(units=Block)))
+
+
 @pytest.mark.parametrize("options", [{}, {"accumulate_steps": 2, "clip_grad_norm": 0.05}],
                          ids=["plain", "accumulate+clip"])
-def test_fsdp_reaches_the_weights_ddp_reaches(ray_cpus, options):
+def test_fsdp_reaches_the_weights_ddp_reaches(ray_cpus, plain_fsdp, options):
     """fp32, same data and seeds: equal to 1e-6 (measured: bitwise here; reduce-scatter and
     all-reduce may round differently elsewhere)."""
     ddp_losses, ddp_weights, ddp_state = run(make("ddp", **options))
-    fsdp_losses, fsdp_weights, fsdp_state = run(make(FSDP(units=Block), **options))
+    fsdp_losses, fsdp_weights, fsdp_state = \
+        run(make(FSDP(units=Block), **options)) if options else plain_fsdp
     assert np.allclose(ddp_losses, fsdp_losses, rtol=1e-6, atol=1e-7)
     for got, want in zip(fsdp_weights, ddp_weights):
         assert torch.allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -60,16 +68,6 @@ def test_fsdp_reaches_the_weights_ddp_reaches(ray_cpus, options):
     assert fsdp_state["optimizers"][0]["state"].keys() == ddp_state["optimizers"][0]["state"].keys()
     assert fsdp_state["optimizers"][0]["param_groups"][0]["params"] == \
         ddp_state["optimizers"][0]["param_groups"][0]["params"]
-
-
-def _packed_bytes(obj):
-    if isinstance(obj, PackedTensor):
-        return obj.data.nbytes
-    if isinstance(obj, dict):
-        return sum(_packed_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_packed_bytes(v) for v in obj)
-    return 0
 
 
 def _leaves(obj, match):
@@ -91,6 +89,11 @@ def _chunks(obj):
 
 def _tensors(obj):
     return _leaves(obj, lambda value: isinstance(value, torch.Tensor))
+
+
+def _packed_bytes(obj):
+    return sum(packed.data.nbytes
+               for packed in _leaves(obj, lambda value: isinstance(value, PackedTensor)))
 
 
 def check_commit_holds_shards_only(trainer, num_workers):
@@ -183,8 +186,10 @@ def test_a_commit_reshards_to_another_world_size_and_back(ray_cpus):
             group.shutdown()
 
 
-def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cpus, tmp_path):
-    """Every rank writes its shards (DCP), the driver gathers the files; plain torch reads
+def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cpus, plain_fsdp,
+                                                                         tmp_path):
+    """Every rank writes its shards (DCP), the driver gathers the files; writing them does
+    not change training (Adam's state is saved before its first step too); plain torch reads
     them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows)."""
     run_dir = tmp_path / "run"
     trainer = make(FSDP(units=Block), checkpoint_dir=str(run_dir), checkpoint_every_n_steps=2,
@@ -195,6 +200,8 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
         want = trainer.state_dict()
     finally:
         trainer.shutdown()
+    pairs = list(zip(_tensors(want["optimizers"]), _tensors(plain_fsdp[2]["optimizers"])))
+    assert pairs and all(torch.equal(a, b) for a, b in pairs)  # as without checkpoint_dir
     index = json.loads((run_dir / "index.json").read_text())
     assert [e["step"] for e in index["checkpoints"]] == [8, 12, 16]  # keep_checkpoints=3
     latest = run_dir / index["latest"]
@@ -303,16 +310,7 @@ def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_p
 @pytest.mark.timeout(400)
 def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(tmp_path):
     """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py)."""
-    import json
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_fsdp.py")
-    out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
-                         timeout=360)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
-    seen = json.loads(lines[-1][len("RESULT "):])
+    seen = run_cluster_script("cluster_fsdp.py", str(tmp_path), timeout=360)
     assert seen["first"] == 512
     assert seen["copies"] == {"distinct_rank_nodes": True, "each_on_both_worker_nodes": True,
                               "none_on_driver_node": True}

@@ -139,15 +139,9 @@ def test_ctrl_c_in_the_driver_rolls_back_and_keeps_the_trainer(trainer_factory):
 
 @pytest.mark.slow
 def test_placement_strategies_on_three_nodes():
-    import json
-    import subprocess
-    import sys
+    from cluster_scripts import run_cluster_script
 
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_placement.py")
-    out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=200)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
-    seen = json.loads(lines[-1][len("RESULT "):])
+    seen = run_cluster_script("cluster_placement.py", timeout=200)
     assert seen["PACK"]["nodes"] == 1  # the default keeps DDP on one node when it fits
     assert seen["SPREAD"]["nodes"] == 2 and seen["STRICT_SPREAD"]["nodes"] == 2
     # shutdown() returns once the cluster shows the workers' CPUs free again

@@ -35,6 +35,7 @@ def _fake_dcp(rank):
         if rank == 0:
             with open(os.path.join(path, ".metadata"), "wb") as handle:
                 handle.write(b"meta")
+        return {"fresh_optimizers": [0]}  # what a load needs besides the files
     return save
 
 
@@ -87,7 +88,9 @@ def test_a_sharded_directory_round_trips_every_ranks_part(tmp_path):
     assert meta == _meta(12) and [p["global_step"] for p in parts] == [12, 12]
     assert sorted(parts[0][SHARDED_KEY]["files"]) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert parts[0]["schedulers"] == [{"last_epoch": 12}] and SHARDED_KEY not in parts[1]
-    assert parts[0][SHARDED_KEY]["models"] == parts[0][SHARDED_KEY]["optimizers"] == 1
+    assert {key: parts[0][SHARDED_KEY][key] for key in ("models", "optimizers",
+                                                          "fresh_optimizers")} == \
+        {"models": 1, "optimizers": 1, "fresh_optimizers": [0]}
     # The resume path: the same snapshots a checkpoint file gives, rank by rank.
     _, snapshots = to_snapshots({**parts[0], RANKS_KEY: parts[1:], RUN_KEY: meta})
     assert [s["world_size"] for s in snapshots] == [2, 2] and snapshots[0]["step"] == 12

@@ -30,8 +30,8 @@ from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.dirblob import DirBlob
-from raysgd.state.sharded_dir import write_dir
 from raysgd.state.packing import pack_tensors, unpack_tensors
+from raysgd.state.sharded_dir import write_dir
 
 logger = logging.getLogger("raysgd")
 

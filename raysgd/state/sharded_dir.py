@@ -53,12 +53,13 @@ def write_dir(parts: Iterable[DirBlob], meta: Dict[str, Any], path: str) -> str:
 
 
 def _check_complete(path: str, meta: Dict[str, Any]) -> None:
-    ranks = _rank_files(path)
+    ranks = sorted(_rank_files(path))
     want = int(meta.get("world_size", len(ranks)))
-    if sorted(ranks) != list(range(want)) or not os.path.exists(os.path.join(path, ".metadata")):
+    has_metadata = os.path.exists(os.path.join(path, ".metadata"))
+    if ranks != list(range(want)) or not has_metadata:
         raise CheckpointError(f"The staged checkpoint of step {meta.get('step')} is incomplete "
-                              f"(ranks {sorted(ranks)} of {want}, DCP metadata "
-                              f"{'present' if os.path.exists(os.path.join(path, '.metadata')) else 'missing'}).")
+                              f"(ranks {ranks} of {want}, DCP metadata "
+                              f"{'present' if has_metadata else 'missing'}).")
 
 
 def replace_dir(new: str, path: str) -> None:

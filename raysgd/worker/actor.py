@@ -123,7 +123,6 @@ class _WorkerActor:
     def copy_here(self, refs: list) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
 
-
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged).
     @ray.method(concurrency_group="copies")
     def staged_files(self, step: int) -> Dict[str, bytes]:

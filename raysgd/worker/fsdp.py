@@ -173,15 +173,17 @@ class FSDPStrategy:
                  "optimizers": [_gathered(o.state_dict(), keep) for o in optimizers]}
         return state if keep else None
 
-    def save_sharded(self, models: list, optimizers: list, path: str) -> None:
+    def save_sharded(self, models: list, optimizers: list, path: str) -> Dict[str, Any]:
         """This rank's shards in DCP format into the local directory ``path`` (a collective;
-        a sharded disk checkpoint, ``raysgd.worker.staging``)."""
-        dcp_io.save(models, optimizers, path)
+        a sharded disk checkpoint, ``raysgd.worker.staging``); returns what a load needs
+        besides the files."""
+        return dcp_io.save(models, optimizers, path)
 
     def load(self, models: list, optimizers: list, primary: Dict[str, Any],
              sources: Sequence[Dict[str, Any]]) -> None:
         if SHARDED_KEY in primary:  # a sharded disk checkpoint: DCP reshards as it reads
-            dcp_io.load(models, optimizers, primary[SHARDED_KEY]["files"])
+            sharded = primary[SHARDED_KEY]
+            dcp_io.load(models, optimizers, sharded["files"], sharded.get("fresh_optimizers", ()))
             return
         if "shards" in primary:
             parts = [source["shards"] for source in sources]

@@ -52,16 +52,17 @@ class DiskStaging:
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
               save_shards: Callable[[str], Any]) -> None:
         """Stage the commit of ``step`` if it goes to disk: ``save_shards(path)`` writes the
-        models and optimizers with DCP, ``state`` (the commit's content) gives the rest."""
+        models and optimizers with DCP (and returns what a load needs besides the files),
+        ``state`` (the commit's content) gives the rest."""
         if not self.schedule.due(step, call_end):
             return
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.root)
-        save_shards(tmp)  # every rank at the same commit: DCP plans collectively
+        extra = save_shards(tmp) or {}  # every rank at the same commit: DCP plans collectively
         part = {key: value for key, value in state.items() if key != "shards"}
         if self.rank == 0:  # with what the whole checkpoint holds, as rank 0's commit does
             shards = state.get("shards", {})
             part[SHARDED_KEY] = {"models": len(shards.get("models", [])),
-                                 "optimizers": len(shards.get("optimizers", []))}
+                                 "optimizers": len(shards.get("optimizers", [])), **extra}
         checkpoint_io.write_atomic(os.path.join(tmp, RANK_FILE.format(rank=self.rank)),
                                    checkpoint_io.to_bytes(part))
         with self._lock:
