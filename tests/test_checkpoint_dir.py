@@ -15,6 +15,7 @@ from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.disk_checkpoints import (CommitFiles, DiskCheckpointer, ScoreRule,
                                            check_compatible, to_checkpoint, to_snapshots)
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.packing import pack_tensors
 
 
@@ -149,20 +150,22 @@ def _writer(tmp_path, **kwargs) -> DiskCheckpointer:
 
 
 def test_writer_writes_call_ends_and_every_n_steps_inside_a_call(tmp_path):
+    # In-epoch commits come every checkpoint_every_n_steps (2 here) of the global step.
     writer = _writer(tmp_path, every_n_steps=4)
+    assert writer.schedule == DiskSchedule(4)  # the rule the ranks stage by under FSDP
     for step in (2, 4, 6, 8, 10):
         writer.commit_moved(_commit(step), in_epoch=True)
         writer.flush()
-    writer.commit_moved(_commit(11), in_epoch=False)
+    writer.commit_moved(_commit(11), in_epoch=False)  # a call's end, wherever it falls
     writer.flush()
-    writer.commit_moved(_commit(13), in_epoch=True)  # 12 is the multiple crossed since 11
+    writer.commit_moved(_commit(13), in_epoch=True)  # not a multiple: not written
+    writer.commit_moved(_commit(12), in_epoch=True)
     writer.flush()
     writer.commit_moved(_commit(2), in_epoch=False)  # load() of an older state
     writer.flush()
-    writer.commit_moved(_commit(3), in_epoch=True)   # counted from 2 now: no multiple crossed
-    writer.commit_moved(_commit(4), in_epoch=True)   # crosses 4 (and replaces the old step 4)
+    writer.commit_moved(_commit(4), in_epoch=True)  # replaces the old step 4
     writer.close()
-    assert [e["step"] for e in writer.directory.entries()] == [8, 11, 13, 2, 4]
+    assert [e["step"] for e in writer.directory.entries()] == [8, 11, 12, 2, 4]
     assert writer._serialized is None  # nothing pending: no checkpoint bytes kept on the heap
 
 

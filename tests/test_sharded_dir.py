@@ -4,26 +4,29 @@ the real ones are written and read in test_fsdp.py."""
 import json
 import logging
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
 import torch
 
-from raysgd.config import StagedDisk
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.disk_checkpoints import DiskCheckpointer, StagedShards, to_snapshots
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RUN_FILE, SHARDED_KEY, read_dir, write_dir
-from raysgd.worker.staging import KEEP, DiskStaging, NoStaging, create_staging
+from raysgd.worker.staging import KEEP, PREFIX, DiskStaging, NoStaging, create_staging
 
 
 def test_the_ranks_stage_the_commits_the_driver_writes():
-    every_8 = StagedDisk(every_n_steps=8)
+    every_8 = DiskSchedule(every_n_steps=8)
     assert every_8.due(5, call_end=True)  # every call end
     assert [step for step in range(1, 25) if every_8.due(step, call_end=False)] == [8, 16, 24]
-    assert not StagedDisk().due(8, call_end=False)  # only call ends without every_n_steps
+    assert not DiskSchedule().due(8, call_end=False)  # only call ends without every_n_steps
     assert isinstance(create_staging(None, 0), NoStaging)
 
 
@@ -46,7 +49,7 @@ def _state(rank, step):
 
 
 def test_staging_keeps_the_newest_steps_and_serves_their_files():
-    staging = DiskStaging(StagedDisk(every_n_steps=2), rank=1)
+    staging = DiskStaging(DiskSchedule(every_n_steps=2), rank=1)
     try:
         for step in range(1, 9):
             staging.stage(step, False, _state(1, step), _fake_dcp(1))
@@ -66,10 +69,28 @@ def test_staging_keeps_the_newest_steps_and_serves_their_files():
     assert not os.path.exists(staging.root)
 
 
+def test_staging_removes_the_directories_of_processes_that_are_gone(tmp_path, monkeypatch):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a rank SIGKILLed with its driver leaves its directory behind
+    orphan = tmp_path / f"{PREFIX}{gone.pid}-abc"
+    (orphan / "step-4").mkdir(parents=True)
+    alive = tmp_path / f"{PREFIX}{os.getpid()}-def"  # another rank of this process's node
+    alive.mkdir()
+    unrelated = tmp_path / "raysgd-staged-notes"
+    unrelated.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    staging = DiskStaging(DiskSchedule(), rank=0)
+    try:
+        assert not orphan.exists() and alive.exists() and unrelated.exists()
+        assert os.path.basename(staging.root).startswith(f"{PREFIX}{os.getpid()}-")
+    finally:
+        staging.close()
+
+
 def _parts(step, world=2):
     parts = []
     for rank in range(world):
-        staging = DiskStaging(StagedDisk(), rank)
+        staging = DiskStaging(DiskSchedule(), rank)
         staging.stage(step, True, _state(rank, step), _fake_dcp(rank))
         parts.append(staging.staged_files(step))
         staging.close()

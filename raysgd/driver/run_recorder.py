@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from raysgd.config import StagedDisk
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
 from raysgd.state.checkpoint_dir import CheckpointDirectory
@@ -60,12 +60,12 @@ class DiskSettings:
         return cls(_writable_dir(checkpoint_dir), keep_checkpoints, every_n_steps, resume,
                    ScoreRule.create(score_attr, score_mode))
 
-    def staged(self, strategy: Any) -> Optional[StagedDisk]:
+    def staged(self, strategy: Any) -> Optional[DiskSchedule]:
         """The ranks' own disk schedule, where a sharding strategy has every rank write its
         shards of ``checkpoint_dir``'s checkpoints (none without a directory)."""
         if self.path is None or not strategy.stages_disk_checkpoints:
             return None
-        return StagedDisk(self.every_n_steps)
+        return DiskSchedule(self.every_n_steps)
 
 
 def _check_positive(name: str, value: Any, none_means: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import ray
 
-from raysgd.config import StagedDisk
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.errors import CheckpointError
 from raysgd.state.dirblob import DirBlob
@@ -31,7 +31,7 @@ def staged_parts(group: Any, step: int) -> Iterator[DirBlob]:
         yield ray.get(actor.staged_files.remote(step), timeout=FETCH_TIMEOUT_S)
 
 
-def disk_source(staged: Optional[StagedDisk], current_group: Callable[[], Any]):
+def disk_source(staged: Optional[DiskSchedule], current_group: Callable[[], Any]):
     """The ranks' staged shards where they write them (a sharding strategy's
     ``WorkerSettings.staged_disk``), else the commit's snapshots, fetched to the driver."""
     if staged is not None:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.commit import Commit
 from raysgd.state.dirblob import DirBlob
 from raysgd.state.packing import pack_tensors, unpack_tensors
@@ -136,14 +137,13 @@ class DiskCheckpointer:
         self.directory = directory
         self.source = source  # CommitFiles or StagedShards
         self.operator = operator
-        self.every_n_steps = every_n_steps
+        self.schedule = DiskSchedule(every_n_steps)  # the ranks stage by the same rule
         self.score = score
         self.best_score = self._inherited_best(resumed_step)
         self._score_seen = False
         self.last_path: Optional[str] = None
         self.write_seconds: List[float] = []  # wall time of each write
         self.write_cpu_seconds: List[float] = []  # the writer thread's CPU time of each
-        self._last_step = resumed_step or 0  # step of the last commit sent to disk
         # kind -> (commit, score, monotonic time before which the write should not start)
         self._pending: Dict[str, Tuple[Commit, Optional[float], float]] = {}
         self._cond = threading.Condition()
@@ -170,16 +170,10 @@ class DiskCheckpointer:
 
     # ------------------------------------------------------- driver thread
     def commit_moved(self, commit: Commit, in_epoch: bool) -> None:
-        """A new commit: written at call ends, and inside a call whenever it crosses a
-        multiple of ``every_n_steps``."""
-        if in_epoch:
-            every = self.every_n_steps
-            if not every:
-                return
-            went_back = commit.step < self._last_step  # e.g. load() of an older state
-            if commit.step // every == self._last_step // every and not went_back:
-                return
-        self._last_step = commit.step
+        """A new commit: written at call ends, and inside a call at multiples of
+        ``every_n_steps`` (``DiskSchedule``)."""
+        if not self.schedule.due(commit.step, call_end=not in_epoch):
+            return
         # A call-end commit arrives just as the driver dispatches the next call (see _run);
         # an in-epoch one is written at once: it bounds what a killed driver loses.
         self._submit("latest", commit, None, settle=not in_epoch)

@@ -2,7 +2,7 @@
 
 Under a sharding strategy with ``checkpoint_dir``, no rank holds the whole state, so the
 ranks write the checkpoint themselves: at each commit the driver's disk rule picks
-(``raysgd.config.StagedDisk.due``), every rank saves its shards with DCP (a collective)
+(``raysgd.state.disk_schedule.DiskSchedule``, the driver's own), every rank saves its shards with DCP (a collective)
 and its own small part into a local directory, and the driver's disk writer fetches the
 files (``staged_files``, from the actor's ``copies`` thread) into ``checkpoint_dir``.
 The newest ``KEEP`` steps stay staged; the driver takes a step soon after its commit.
@@ -10,18 +10,21 @@ The newest ``KEEP`` steps stay staged; the driver takes a step soon after its co
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
 from typing import Any, Callable, Dict, Optional
 
-from raysgd.config import StagedDisk
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.dirblob import DirBlob, pack_dir
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY, replace_dir
 
 KEEP = 3
+PREFIX = "raysgd-staged-"
+_OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-")  # the owning process's pid
 
 
 class NoStaging:
@@ -40,12 +43,13 @@ class NoStaging:
 
 
 class DiskStaging:
-    """Staged checkpoints of one rank: ``<tmp>/raysgd-staged-*/step-<step>/``."""
+    """Staged checkpoints of one rank: ``<tmp>/raysgd-staged-<pid>-*/step-<step>/``."""
 
-    def __init__(self, schedule: StagedDisk, rank: int):
+    def __init__(self, schedule: DiskSchedule, rank: int):
         self.schedule = schedule
         self.rank = rank
-        self.root = tempfile.mkdtemp(prefix="raysgd-staged-")
+        remove_orphans(tempfile.gettempdir())
+        self.root = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
         self._lock = threading.Lock()  # the training thread swaps, the copies thread reads
         self._steps: list = []
 
@@ -86,5 +90,28 @@ class DiskStaging:
         return os.path.join(self.root, f"step-{step}")
 
 
-def create_staging(schedule: Optional[StagedDisk], rank: int):
+def remove_orphans(tmp: str) -> None:
+    """Remove the staging directories of processes that are gone: a SIGKILLed rank (or a
+    rank whose driver was killed) never runs ``close``, and its files would stay forever."""
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for name in names:
+        owner = _OWNED.match(name)
+        if owner and not _alive(int(owner.group(1))):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def create_staging(schedule: Optional[DiskSchedule], rank: int):
     return DiskStaging(schedule, rank) if schedule is not None else NoStaging()
