@@ -4,11 +4,14 @@ Epoch 1 is warm-up (its ``train()`` ends with a commit). Before epoch 2 the
 worker pids come from ``trainer.apply_all_workers(os.getpid)``; a thread kills
 rank 1 when rank 0's step log shows the kill step. ``train()`` recovers by itself.
 ``--spare-workers N`` passes ``spare_workers=N`` (without it, raysgd's default:
-one warm spare takes the dead rank's place).
+one warm spare takes the dead rank's place). ``--warm-spare`` waits after the warm-up epoch
+until the spare has finished warming up, as it has in a run that had idle moments (or a free
+core) before the kill; without it the kill comes while a spare on two busy cores still warms.
 """
 import os
 import shutil
 import tempfile
+import time
 
 import ray
 
@@ -32,6 +35,16 @@ def _extra(parser) -> None:
                         help="spare_workers (default: not passed, raysgd's default)")
     parser.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
                         help="strategy: 'fsdp' shards the model (one unit; bench.fsdp uses it)")
+    parser.add_argument("--warm-spare", action="store_true",
+                        help="kill only once every spare has finished warming up")
+
+
+def wait_for_warm_spares(trainer, timeout_s: float = 300.0) -> float:
+    """Seconds until every spare of ``trainer`` is warm. No public API says whether a spare
+    is warm, so the benchmark reads the worker group's spares (``driver.warm.Spare``)."""
+    started = time.monotonic()
+    ray.get([spare.ready for spare in trainer._supervisor.group.spares], timeout=timeout_s)
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -47,6 +60,7 @@ def main() -> None:
                                config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
                                        "mode": RECOVERY_MODE, "step_dir": step_dir}, **spares)
         trainer.train()  # warm-up epoch; the call ends with a commit
+        waited = wait_for_warm_spares(trainer) if args.warm_spare else None
         pids = trainer.apply_all_workers(os.getpid)
         killer = Killer(step_dir, target, lambda: pids[args.victim_rank])
         killer.start()
@@ -63,6 +77,7 @@ def main() -> None:
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
                "commit_interval": args.commit_every,
                "spare_workers": args.spare_workers, "strategy": args.strategy,
+               "warm_spare_wait_s": waited,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,
                "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
