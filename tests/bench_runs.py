@@ -21,7 +21,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (the smoke test module that asks for it, the module to run, its other arguments).
 # Started in this order, longest first, so that the short ones fill the gaps.
 QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "warm": ("test_bench_warm_smoke", "bench.warm", ()),
+    # Without the recovery benchmark's two kill runs: its own quick run makes them.
+    "warm": ("test_bench_warm_smoke", "bench.warm",
+             ("--variants", "second_reuse", "second_noreuse", "tune_raysgd", "tune_raytrain",
+              "raysgd_recovery_warm")),
     "recovery": ("test_bench_recovery_smoke", "bench.recovery", ()),
     "data": ("test_bench_data_smoke", "bench.data", ()),
     "main": ("test_bench_smoke", "bench", ("--workload", "mlp")),

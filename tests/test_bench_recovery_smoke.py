@@ -45,8 +45,11 @@ def test_bench_recovery_quick_reports_every_figure(bench_quick):
         assert run["final_step"] == run["expected_final_step"], run
         # restarts: rank 0's pid changed. With a spare rank 0 survives and keeps its process.
         assert run["restarts"] == 0 if name == "raysgd_recovery" else run["restarts"] >= 1, run
-    for name in ("raysgd_recovery", "raysgd_recovery_nospare"):
-        assert document["variants"][name]["runs"][0]["recoveries"] == 1
+    for name, spares in (("raysgd_recovery", None), ("raysgd_recovery_nospare", 0)):
+        run = document["variants"][name]["runs"][0]
+        assert run["spare_workers"] == spares and run["warm_spare_wait_s"] is None, run
+        assert run["killed_at_step"] is not None and not run["kill_error"], run
+        assert run["recoveries"] == 1 and run["num_workers_after"] == 2, run
     labels = {(ratio["ratio"], ratio["figure"]) for ratio in document["ratios"]}
     assert labels == {("raysgd/Ray Train", "recovery_s"), ("raysgd/Ray Train", "steps_rerun"),
                       ("raysgd spare/no spare", "recovery_s"),

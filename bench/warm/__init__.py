@@ -9,9 +9,12 @@ runs, each as its own subprocess with repetitions in rotating order:
 * ``tune_raysgd`` / ``tune_raytrain``: 8 Tune trials of one epoch each, one at a
   time, through ``TorchTrainer.as_trainable`` (Tune's ``reuse_actors=True``)
   and through Ray Train's ``TorchTrainer`` run inside a Tune function;
-* ``raysgd_recovery`` / ``raysgd_recovery_nospare``: the recovery benchmark's
-  kill run (``bench.recovery.raysgd_kill``) with raysgd's default spare worker
-  and with ``spare_workers=0``.
+* ``raysgd_recovery_warm``: the recovery benchmark's kill run
+  (``bench.recovery.raysgd_kill``) with raysgd's default spare, killed only once
+  the spare has finished warming up (``--warm-spare``);
+* ``raysgd_recovery`` / ``raysgd_recovery_nospare``: the same kill run as the
+  recovery benchmark makes it (the spare may still be warming when the kill
+  comes on two busy cores) and with ``spare_workers=0``.
 
 See ``bench/README.md`` ("Warm workers") for the figures and targets.
 """
