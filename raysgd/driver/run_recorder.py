@@ -15,12 +15,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
 from raysgd.state.checkpoint_dir import CheckpointDirectory
 from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, operator_name,
                                      to_snapshots)
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.worker.metrics import NUM_SAMPLES
 
 logger = logging.getLogger("raysgd")

@@ -11,11 +11,11 @@ from typing import Any, Callable, Iterator, Optional
 
 import ray
 
-from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.errors import CheckpointError
 from raysgd.state.dirblob import DirBlob
 from raysgd.state.disk_checkpoints import CommitFiles, StagedShards
+from raysgd.state.disk_schedule import DiskSchedule
 
 FETCH_TIMEOUT_S = 300.0
 

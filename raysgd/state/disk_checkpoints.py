@@ -28,9 +28,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
-from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.commit import Commit
 from raysgd.state.dirblob import DirBlob
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import write_dir
 

@@ -2,10 +2,11 @@
 
 Under a sharding strategy with ``checkpoint_dir``, no rank holds the whole state, so the
 ranks write the checkpoint themselves: at each commit the driver's disk rule picks
-(``raysgd.state.disk_schedule.DiskSchedule``, the driver's own), every rank saves its shards with DCP (a collective)
-and its own small part into a local directory, and the driver's disk writer fetches the
-files (``staged_files``, from the actor's ``copies`` thread) into ``checkpoint_dir``.
-The newest ``KEEP`` steps stay staged; the driver takes a step soon after its commit.
+(``raysgd.state.disk_schedule.DiskSchedule``, the driver's own), every rank saves its
+shards with DCP (a collective) and its own small part into a local directory, and the
+driver's disk writer fetches the files (``staged_files``, from the actor's ``copies``
+thread) into ``checkpoint_dir``. The newest ``KEEP`` steps stay staged; the driver takes a
+step soon after its commit.
 """
 from __future__ import annotations
 
