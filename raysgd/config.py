@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Union
 from raysgd.constants import (BATCH_SIZE, SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH,
                               SCHEDULER_STEP_MANUAL, env_seconds)
 from raysgd.errors import ConfigError
+from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.strategy import DDP, FSDP
 
 SCHEDULER_STEP_FREQS = (SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH, SCHEDULER_STEP_MANUAL, None)
@@ -110,21 +111,6 @@ def default_timeout_s() -> float:
 
 
 @dataclass(frozen=True)
-class StagedDisk:
-    """Disk checkpoints that the ranks write themselves (a sharding strategy's: no rank
-    holds the whole state to hand to the driver). Every rank stages its shards on its own
-    node at each call-end commit and at in-epoch commits on multiples of ``every_n_steps``
-    (``checkpoint_every_n_steps_to_disk``); the driver pulls them into ``checkpoint_dir``."""
-
-    every_n_steps: Optional[int] = None
-
-    def due(self, step: int, call_end: bool) -> bool:
-        """Whether the commit at ``step`` goes to disk: the driver's rule, for commits taken
-        on multiples of ``checkpoint_every_n_steps`` (which divides ``every_n_steps``)."""
-        return call_end or bool(self.every_n_steps) and step % self.every_n_steps == 0
-
-
-@dataclass(frozen=True)
 class WorkerSettings:
     """Everything a worker needs to know besides the operator and its config."""
 
@@ -143,7 +129,7 @@ class WorkerSettings:
     clip_grad_norm: Optional[float] = None  # the default train_batch clips to this norm
     accumulate_steps: int = 1  # the default train_batch splits each batch into this many
     strategy: Union[DDP, FSDP] = DDP()  # resolved by raysgd.strategy.resolve_strategy
-    staged_disk: Optional[StagedDisk] = None  # set by the trainer for FSDP + checkpoint_dir
+    staged_disk: Optional[DiskSchedule] = None  # set by the trainer for FSDP + checkpoint_dir
 
     def __post_init__(self):
         check_choices(self.scheduler_step_freq, self.backend, self.use_fp16)

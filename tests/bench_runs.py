@@ -21,7 +21,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (the smoke test module that asks for it, the module to run, its other arguments).
 # Started in this order, longest first, so that the short ones fill the gaps.
 QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    # Without the recovery benchmark's two kill runs: its own quick run makes them.
+    # Every variant but the recovery benchmark's two kill runs (bench.warm.catalog's
+    # RECOVERY_RUNS), which its own quick run makes; a new bench.warm variant goes here too.
     "warm": ("test_bench_warm_smoke", "bench.warm",
              ("--variants", "second_reuse", "second_noreuse", "tune_raysgd", "tune_raytrain",
               "raysgd_recovery_warm")),

@@ -65,7 +65,9 @@ def test_bench_warm_quick_reports_every_figure(bench_quick):
     assert raytrain_tune["distinct_worker_pids"] == 2 * trials  # new workers every trial
 
     warm = _only_run(document, "raysgd_recovery_warm")
-    assert warm["spare_workers"] is None and warm["warm_spare_wait_s"] >= 0, warm
+    # It waited for the spare (which, beside another benchmark of the smoke batch, may not
+    # have warmed within the wait: the run says so, and recovery must work either way).
+    assert warm["warm_spare_wait_s"] > 0 and isinstance(warm["spare_warm_at_kill"], bool), warm
     assert warm["killed_at_step"] is not None and not warm["kill_error"], warm
     assert warm["final_step"] == warm["expected_final_step"], warm
     assert warm["recoveries"] == 1 and warm["num_workers_after"] == 2, warm

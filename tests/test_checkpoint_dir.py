@@ -158,9 +158,9 @@ def test_writer_writes_call_ends_and_every_n_steps_inside_a_call(tmp_path):
         writer.flush()
     writer.commit_moved(_commit(11), in_epoch=False)  # a call's end, wherever it falls
     writer.flush()
-    writer.commit_moved(_commit(13), in_epoch=True)  # not a multiple: not written
     writer.commit_moved(_commit(12), in_epoch=True)
     writer.flush()
+    writer.commit_moved(_commit(14), in_epoch=True)  # not a multiple: not written
     writer.commit_moved(_commit(2), in_epoch=False)  # load() of an older state
     writer.flush()
     writer.commit_moved(_commit(4), in_epoch=True)  # replaces the old step 4

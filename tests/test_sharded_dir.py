@@ -4,6 +4,7 @@ the real ones are written and read in test_fsdp.py."""
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,22 +70,36 @@ def test_staging_keeps_the_newest_steps_and_serves_their_files():
     assert not os.path.exists(staging.root)
 
 
-def test_staging_removes_the_directories_of_processes_that_are_gone(tmp_path, monkeypatch):
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a rank SIGKILLed with its driver leaves its directory behind
-    orphan = tmp_path / f"{PREFIX}{gone.pid}-abc"
-    (orphan / "step-4").mkdir(parents=True)
-    alive = tmp_path / f"{PREFIX}{os.getpid()}-def"  # another rank of this process's node
-    alive.mkdir()
-    unrelated = tmp_path / "raysgd-staged-notes"
-    unrelated.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    staging = DiskStaging(DiskSchedule(), rank=0)
+KILLED_RANK = """
+import os, signal
+from raysgd.state.disk_schedule import DiskSchedule
+from raysgd.worker.staging import DiskStaging
+staging = DiskStaging(DiskSchedule(), rank=1)
+os.makedirs(os.path.join(staging.root, "step-4"))
+print(staging.root, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # never reaches close(), as a SIGKILLed rank
+"""
+
+
+def test_staging_removes_the_directories_of_processes_that_are_gone(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run([sys.executable, "-c", KILLED_RANK], capture_output=True, text=True,
+                            env=env, timeout=120)
+    orphan = killed.stdout.strip()
+    assert killed.returncode == -signal.SIGKILL and os.path.isdir(orphan), killed.stderr
+    first_tempdir, tempfile.tempdir = tempfile.tempdir, str(tmp_path)
     try:
-        assert not orphan.exists() and alive.exists() and unrelated.exists()
-        assert os.path.basename(staging.root).startswith(f"{PREFIX}{os.getpid()}-")
+        alive = DiskStaging(DiskSchedule(), rank=0)  # a live rank of this node
+        assert not os.path.exists(orphan)  # its process is gone: removed
+        starting = tmp_path / f"{PREFIX}starting"  # no owner file yet (or an older layout)
+        starting.mkdir()
+        other = DiskStaging(DiskSchedule(), rank=1)
+        assert os.path.isdir(alive.root) and starting.is_dir()  # not judged dead
     finally:
+        tempfile.tempdir = first_tempdir
+    for staging in (alive, other):
         staging.close()
+        assert not os.path.exists(staging.root)
 
 
 def _parts(step, world=2):

@@ -39,7 +39,9 @@ def _short(result: Dict[str, Any]) -> str:
     if "steady_samples_per_s" in result:
         return f"{result['steady_samples_per_s']:.0f} samples/s"
     if "recovery_s" in result:
-        return f"kill→next step {result['recovery_s']:.2f} s"
+        unwarmed = " (the spare was NOT warm yet)" if result.get("spare_warm_at_kill") is False \
+            else ""
+        return f"kill→next step {result['recovery_s']:.2f} s{unwarmed}"
     return str(result.get("error", "?"))[:120]
 
 

@@ -57,8 +57,9 @@ def describe(run: Dict[str, Any], entry: Entry) -> str:
         return (f"{run['trials_done']} trials in {run['total_s']:.1f}s "
                 f"({run['per_trial_s']:.2f}s each), {run['distinct_worker_pids']} worker pids, "
                 f"wall {run['wall_s']:.1f}s")
-    return (f"kill at step {run['killed_at_step']}, next step after {run['recovery_s']:.2f}s, "
-            f"{run['steps_rerun']} step(s) re-run, wall {run['wall_s']:.1f}s")
+    unwarmed = " (the spare was NOT warm yet)" if run.get("spare_warm_at_kill") is False else ""
+    return (f"kill at step {run['killed_at_step']}, next step after {run['recovery_s']:.2f}s"
+            f"{unwarmed}, {run['steps_rerun']} step(s) re-run, wall {run['wall_s']:.1f}s")
 
 
 def run_all(entries: List[Entry], workload: str, mode: str, counts: Dict[str, int],

@@ -10,12 +10,12 @@ step soon after its commit.
 """
 from __future__ import annotations
 
+import fcntl
 import os
-import re
 import shutil
 import tempfile
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import IO, Any, Callable, Dict, Optional
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
@@ -25,7 +25,7 @@ from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY, replace_dir
 
 KEEP = 3
 PREFIX = "raysgd-staged-"
-_OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-")  # the owning process's pid
+OWNER = ".owner"  # locked (flock) by the owning process for as long as it lives
 
 
 class NoStaging:
@@ -44,13 +44,14 @@ class NoStaging:
 
 
 class DiskStaging:
-    """Staged checkpoints of one rank: ``<tmp>/raysgd-staged-<pid>-*/step-<step>/``."""
+    """Staged checkpoints of one rank: ``<tmp>/raysgd-staged-*/step-<step>/``."""
 
     def __init__(self, schedule: DiskSchedule, rank: int):
         self.schedule = schedule
         self.rank = rank
         remove_orphans(tempfile.gettempdir())
-        self.root = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+        self.root = tempfile.mkdtemp(prefix=PREFIX)
+        self._owner = _own(self.root)
         self._lock = threading.Lock()  # the training thread swaps, the copies thread reads
         self._steps: list = []
 
@@ -86,32 +87,42 @@ class DiskStaging:
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        self._owner.close()
 
     def _path(self, step: int) -> str:
         return os.path.join(self.root, f"step-{step}")
 
 
+def _own(root: str) -> IO:
+    """Lock ``root``'s owner file for this process's life (the kernel drops the lock however
+    the process ends). Locked before it gets its name, so no one sees it unlocked."""
+    path = os.path.join(root, OWNER)
+    handle = open(path + ".new", "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    os.rename(path + ".new", path)
+    return handle
+
+
 def remove_orphans(tmp: str) -> None:
-    """Remove the staging directories of processes that are gone: a SIGKILLed rank (or a
-    rank whose driver was killed) never runs ``close``, and its files would stay forever."""
+    """Remove the staging directories whose process is gone: a SIGKILLed rank (or a rank
+    whose driver was killed) never runs ``close``, and its shards would stay forever. A
+    directory without an owner file (still being made, or another layout) is left alone."""
     try:
-        names = os.listdir(tmp)
+        names = [name for name in os.listdir(tmp) if name.startswith(PREFIX)]
     except OSError:
         return
     for name in names:
-        owner = _OWNED.match(name)
-        if owner and not _alive(int(owner.group(1))):
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
+        path = os.path.join(tmp, name)
+        try:
+            handle = open(os.path.join(path, OWNER))
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its owner lives (or the lock cannot be judged)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def create_staging(schedule: Optional[DiskSchedule], rank: int):
