@@ -90,8 +90,8 @@ def _modules():
 RAY_BOUNDARY = ("raysgd/driver/worker_group.py", "raysgd/driver/fanout.py", "raysgd/driver/warm.py",
                 "raysgd/driver/placement.py", "raysgd/driver/watch.py", "raysgd/worker/actor.py",
                 "raysgd/driver/replicas.py", "raysgd/driver/staged.py",
-                "raysgd/data/feed.py", "raysgd/tune.py", "raysgd/function/trainable.py",
-                "raysgd/function/hooks.py")
+                "raysgd/data/feed.py", "raysgd/data/ray_collate.py", "raysgd/tune.py",
+                "raysgd/function/trainable.py", "raysgd/function/hooks.py")
 
 
 def test_only_the_worker_group_imports_ray():
@@ -141,10 +141,14 @@ def test_modules_stay_small():
     assert {n: c for n, c in big.items() if c > 400} == {}
 
 
-def test_import_raysgd_does_not_import_tune():
-    code = "import sys, raysgd, raysgd.torch; print('ray.tune' in sys.modules)"
+def test_import_raysgd_does_not_import_tune_or_ray_data():
+    """Every operator module imports ``raysgd.torch`` (the legacy face, which brings the
+    trainer), on every worker: Tune and Ray Data (pandas, pyarrow: about a CPU-second per
+    process) load only when they are used."""
+    code = ("import sys, raysgd, raysgd.torch, raysgd.trainer; "
+            "print(sorted(m for m in ('ray.tune', 'ray.data', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "[]"
 
 
 # --- Layering: which code may import which (issue 23) -------------------------------------
@@ -195,6 +199,7 @@ SIDES = {
     "raysgd.lightning": "worker", "raysgd.function": "worker", "raysgd.data.shards": "worker",
     "raysgd.driver": "driver", "raysgd.trainer": "driver", "raysgd.tune": "driver",
     "raysgd.loggers": "driver", "raysgd.plot": "driver", "raysgd.data.feed": "driver",
+    "raysgd.data.ray_collate": "driver",
     "raysgd.function.trainable": "driver",
 }
 MAY_IMPORT_SIDES = {"common": {"common"}, "worker": {"common", "worker"},

@@ -13,11 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import dataclasses
-
 import ray
-import ray.data
-from ray.data.collate_fn import CollateFn, NumpyBatchCollateFn
 
 from raysgd.data.dataset_config import DatasetConfig, check_dataset, is_ray_dataset
 
@@ -26,28 +22,21 @@ logger = logging.getLogger("raysgd")
 Source = Tuple[Any, DatasetConfig]  # a ray.data.Dataset and how its batches are built
 
 
-class NumpyCollate(NumpyBatchCollateFn):
-    """A plain function as Ray Data's collate class (a bare function is deprecated there)."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def __call__(self, batch):
-        return self.fn(batch)
-
-
 def _ray_collate(fmt: DatasetConfig) -> DatasetConfig:
-    if fmt.collate_fn is None or isinstance(fmt.collate_fn, CollateFn):
-        return fmt
-    return dataclasses.replace(fmt, collate_fn=NumpyCollate(fmt.collate_fn))
+    if fmt.collate_fn is None:
+        return fmt  # nothing for Ray Data to wrap: it stays unimported (see ray_collate)
+    from raysgd.data.ray_collate import ray_collate
+
+    return ray_collate(fmt)
 
 
 def as_source(dataset: Any, fmt: DatasetConfig) -> Source:
     """A legacy ``raysgd.data.Dataset`` brings its items and batch format; a Ray one uses ``fmt``."""
     if is_ray_dataset(dataset):
         return dataset, _ray_collate(fmt)
-    return ray.data.from_items(dataset.items), _ray_collate(dataset.batch_config())
+    from raysgd.data.ray_collate import from_items
+
+    return from_items(dataset.items), _ray_collate(dataset.batch_config())
 
 
 class DataFeed:
