@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from bench import T0_ENV
 from bench.launch import REPO_ROOT, child_env, parse_result
+from bench.recovery import unwarmed_note
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "fsdp.json")
 TARGETS = {"fsdp/torchrun": ">= 0.95", "peak FSDP/DDP at 2 workers": "<= 0.6",
@@ -39,9 +40,7 @@ def _short(result: Dict[str, Any]) -> str:
     if "steady_samples_per_s" in result:
         return f"{result['steady_samples_per_s']:.0f} samples/s"
     if "recovery_s" in result:
-        unwarmed = " (the spare was NOT warm yet)" if result.get("spare_warm_at_kill") is False \
-            else ""
-        return f"kill→next step {result['recovery_s']:.2f} s{unwarmed}"
+        return f"kill→next step {result['recovery_s']:.2f} s{unwarmed_note(result)}"
     return str(result.get("error", "?"))[:120]
 
 

@@ -34,6 +34,11 @@ RECOVERY_EPOCHS = 2
 RECOVERY_MODE = "full"
 
 
+def unwarmed_note(run) -> str:
+    """What a kill run's one-line summary adds when its spare had not finished warming up."""
+    return " (the spare was NOT warm yet)" if run.get("spare_warm_at_kill") is False else ""
+
+
 def start_kill_run(description: str, extra):
     """The common start of a kill variant: ``(args, t0, workload, steps_per_epoch, kill step)``."""
     from bench.child import launch_time, parse_args, set_threads

@@ -11,6 +11,7 @@ import os
 from typing import Any, Dict, List
 
 from bench.launch import REPO_ROOT, common_parser, run_entries, schedule
+from bench.recovery import unwarmed_note
 from bench.recovery.cli import check as check_exit_and_figures
 from bench.report import compute_ratios, metadata_block, save, summarize
 from bench.warm import (RECOVERY_WITH_SPARE_TARGET_S, SECOND_TRAINER_TARGET_S, TUNE_TRIALS,
@@ -57,9 +58,8 @@ def describe(run: Dict[str, Any], entry: Entry) -> str:
         return (f"{run['trials_done']} trials in {run['total_s']:.1f}s "
                 f"({run['per_trial_s']:.2f}s each), {run['distinct_worker_pids']} worker pids, "
                 f"wall {run['wall_s']:.1f}s")
-    unwarmed = " (the spare was NOT warm yet)" if run.get("spare_warm_at_kill") is False else ""
     return (f"kill at step {run['killed_at_step']}, next step after {run['recovery_s']:.2f}s"
-            f"{unwarmed}, {run['steps_rerun']} step(s) re-run, wall {run['wall_s']:.1f}s")
+            f"{unwarmed_note(run)}, {run['steps_rerun']} step(s) re-run, wall {run['wall_s']:.1f}s")
 
 
 def run_all(entries: List[Entry], workload: str, mode: str, counts: Dict[str, int],
