@@ -44,10 +44,13 @@ def run_entries(plan: List[tuple], by_name: Dict[str, Any], workload: str, mode:
 def child_env(threads: int) -> Dict[str, str]:
     """The parent's environment, with the repo importable and the thread count pinned.
 
-    ``RAY_ADDRESS`` is dropped: each Ray-based variant starts (and pays for) its own
-    local Ray instead of joining one that happens to be running.
+    ``RAY_ADDRESS=local``: each Ray-based variant starts (and pays for) its own local Ray
+    instead of joining one that happens to be running. Dropping the variable is not
+    enough: ``ray.init()`` then joins the cluster a ``ray start`` (or a test's
+    ``ray.cluster_utils.Cluster``) left in ``/tmp/ray/ray_current_cluster``, and refuses
+    the variant's ``num_cpus`` there.
     """
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env = dict(os.environ, RAY_ADDRESS="local")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env

@@ -30,3 +30,14 @@ def test_bench_quick_reports_every_figure_for_every_variant(bench_quick):
     for name in ("raysgd_2w", "raysgd_2w_nospare"):
         assert [len(run["epoch_s"]) for run in document["variants"][name]["runs"]] == [1]
     assert "epoch (s, median)" in proc.stdout
+
+
+def test_variants_start_a_ray_of_their_own_even_beside_a_cluster(monkeypatch):
+    """Without ``RAY_ADDRESS=local`` a variant's ``ray.init(num_cpus=...)`` would join the
+    cluster a test beside it (or a ``ray start``) left in ``/tmp/ray/ray_current_cluster``,
+    and Ray refuses ``num_cpus`` there."""
+    from bench.launch import child_env
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    env = child_env(2)
+    assert env["RAY_ADDRESS"] == "local" and env["OMP_NUM_THREADS"] == "2"
