@@ -65,17 +65,14 @@ def trainer_factory(ray_cpus):
 
 
 # Tests that only wait for a script run of the session's batch (see `background`).
-WAITING_FIXTURES = frozenset({"bench_quick", "scripts"})
-
-
-def _waits(item) -> bool:
-    return bool(WAITING_FIXTURES & set(getattr(item, "fixturenames", ())))
+WAITING_FIXTURES = ("bench_quick", "scripts")
 
 
 def pytest_collection_modifyitems(session, config, items):
     """The tests that wait for the batch's script runs go last, in their order: the batch
     runs beside every other test, then widens once only they are left."""
-    waiting = [item for item in items if _waits(item)]
+    waiting = [item for item in items
+               if set(getattr(item, "fixturenames", ())) & set(WAITING_FIXTURES)]
     if waiting:
         items[:] = [item for item in items if item not in waiting] + waiting
 
@@ -107,7 +104,8 @@ def background(request, tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _background_started(request):
     """Start the batch with the session's first test, if any test will wait for it."""
-    if any(_waits(item) for item in request.session.items):
+    if any(set(getattr(item, "fixturenames", ())) & set(WAITING_FIXTURES)
+           for item in request.session.items):
         request.getfixturevalue("background").start()
     yield
 
