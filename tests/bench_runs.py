@@ -1,25 +1,25 @@
-"""The benchmarks' quick runs that their smoke tests check, as jobs of the session's batch.
+"""Runs a benchmark's quick mode the way the smoke tests do, for those tests.
 
-The smoke tests of the benchmarks in ``QUICK_RUNS`` take theirs from the
-session's ``bench_quick`` fixture (``conftest.py``): the session's
-:class:`background.Batch` runs every quick run that the session's smoke tests
-will ask for, from the session's start, and each test waits for its own. Each
-run is the same ``python -m ... --quick --out PATH`` command from the
-repository root as before.
+``run_quick`` runs one there and then. The smoke tests of the benchmarks in
+``QUICK_RUNS`` take theirs from the session's ``bench_quick`` fixture
+(``conftest.py``, a :class:`background.Batch`): the first of them to ask starts
+every quick run that this session's smoke tests will ask for, two at a time,
+and each test waits for its own. Each run is the same ``python -m ... --quick
+--out PATH`` command from the repository root as before.
 """
 import functools
 import json
 import os
 import subprocess
 import sys
-from typing import Any, Callable, Dict, Iterable, Tuple
+from typing import Dict, Iterable, Tuple
 
 from background import Batch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name: (the smoke test module that asks for it, the module to run, its other arguments).
-# Started in this order, longest first (before the examples: see example_runs.py).
+# Started in this order, longest first, so that the short ones fill the gaps.
 QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     # Every variant but the recovery benchmark's two kill runs (bench.warm.catalog's
     # RECOVERY_RUNS), which its own quick run makes; a new bench.warm variant goes here too.
@@ -32,11 +32,20 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "disk": ("test_bench_disk_smoke", "bench.disk", ()),
     "gpu": ("test_bench_gpu_smoke", "bench.gpu", ()),
 }
-# One run's limit: alone, the longest takes 2-3 minutes; beside tests or another run on a
-# busy machine it may take three times that.
-RUN_TIMEOUT_S = 900
+# One run's limit: alone, the longest takes 2-3 minutes; beside another one on a busy
+# machine it may take twice that.
+RUN_TIMEOUT_S = 480
 # What a smoke test may wait for its run, which may be queued behind others.
 WAIT_TIMEOUT_S = 1500
+
+
+def run_quick(module: str, out) -> tuple:
+    """``python -m module --quick --out out`` from the repository root; (document, stdout).
+    A failed run fails the test with the tail of its output."""
+    proc = subprocess.run([sys.executable, "-m", module, "--quick", "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
 
 
 class QuickRun:
@@ -64,9 +73,10 @@ def _quick(name: str, out_dir: str, batch: Batch) -> QuickRun:
     return QuickRun(proc, out)
 
 
-def quick_jobs(out_dir: str, test_modules: Iterable[str]) -> Dict[str, Callable[[Batch], Any]]:
-    """The quick runs the smoke tests among ``test_modules`` ask for, longest first, as
-    batch jobs named by their ``QUICK_RUNS`` name; their JSON in ``out_dir``."""
+def quick_runs(out_dir: str, test_modules: Iterable[str]) -> Batch:
+    """The quick runs the smoke tests among ``test_modules`` ask for; their JSON in
+    ``out_dir``."""
     selected = set(test_modules)
-    return {name: functools.partial(_quick, name, out_dir)
-            for name, (test_module, _, _) in QUICK_RUNS.items() if test_module in selected}
+    return Batch({name: functools.partial(_quick, name, out_dir)
+                  for name, (test_module, _, _) in QUICK_RUNS.items()
+                  if test_module in selected})

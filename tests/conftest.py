@@ -64,56 +64,14 @@ def trainer_factory(ray_cpus):
         trainer.shutdown()
 
 
-# Tests that only wait for a script run of the session's batch (see `background`).
-WAITING_FIXTURES = ("bench_quick", "scripts")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The tests that wait for the batch's script runs go last, in their order: the batch
-    runs beside every other test, then widens once only they are left."""
-    waiting = [item for item in items
-               if set(getattr(item, "fixturenames", ())) & set(WAITING_FIXTURES)]
-    if waiting:
-        items[:] = [item for item in items if item not in waiting] + waiting
-
-
-def _session_modules(session) -> set:
-    return {os.path.splitext(os.path.basename(str(item.fspath)))[0] for item in session.items}
-
-
 @pytest.fixture(scope="session")
-def background(request, tmp_path_factory):
-    """The session's :class:`background.Batch`: the benchmarks' quick runs
-    (``bench_runs``) and the example runs (``example_runs``) that this session's tests
-    will ask for, named ``bench.*`` and ``example.*``, longest first."""
-    from background import Batch
-    from bench_runs import quick_jobs
-    from example_runs import TEST_MODULE, example_jobs
+def bench_quick(request, tmp_path_factory):
+    """The benchmarks' quick runs (``bench_runs.quick_runs``) of this session's smoke tests,
+    two at a time from the first one's start; ``bench_quick.result(name, timeout)``."""
+    from bench_runs import quick_runs
 
-    modules = _session_modules(request.session)
-    jobs = {f"bench.{name}": job for name, job in
-            quick_jobs(str(tmp_path_factory.mktemp("bench-quick")), modules).items()}
-    if TEST_MODULE in modules:
-        jobs.update((f"example.{name}", job)
-                    for name, job in example_jobs(tmp_path_factory).items())
-    batch = Batch(jobs)
-    yield batch
-    batch.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _background_started(request):
-    """Start the batch with the session's first test, if any test will wait for it."""
-    if any(set(getattr(item, "fixturenames", ())) & set(WAITING_FIXTURES)
-           for item in request.session.items):
-        request.getfixturevalue("background").start()
-    yield
-
-
-@pytest.fixture(scope="session")
-def bench_quick(background):
-    """The benchmarks' quick runs (``bench_runs.QUICK_RUNS``) of this session's smoke tests,
-    from the session's batch: ``bench_quick.result(name, timeout)``."""
-    from background import Named
-
-    return Named(background, "bench.")
+    modules = {os.path.splitext(os.path.basename(str(item.fspath)))[0]
+               for item in request.session.items}
+    runs = quick_runs(str(tmp_path_factory.mktemp("bench-quick")), modules)
+    yield runs
+    runs.close()
