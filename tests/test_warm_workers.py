@@ -207,8 +207,8 @@ def test_idle_workers_are_stopped_after_the_idle_timeout(trainer_factory, monkey
     def running():
         return [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
 
-    # The timeout (1 s) and then some: the default (300 s) would stop nothing in this time,
-    # and a script run of the session's batch may share the cores (tests/background.py).
+    # The timeout (1 s) and then some, for a busy machine: the default (300 s) would stop
+    # nothing in this time.
     deadline = time.monotonic() + 10.0
     while (idle_workers()["workers"] or running()) and time.monotonic() < deadline:
         time.sleep(0.05)
