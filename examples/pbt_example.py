@@ -3,11 +3,11 @@
     python examples/pbt_example.py --smoke-test
     python examples/pbt_example.py --num-workers 2 --address auto
 
-Four trials (two in smoke mode) start from different learning rates; every 2 iterations the worse
-half copies the state of the better half (through Tune's checkpoints: models,
-optimizers, RNGs and raysgd's own position) and continues with a mutated
-learning rate. raysgd keeps the recipient's own optimizer hyperparameters when
-it loads another trial's state, so the mutation takes effect.
+Four trials (two in smoke mode) start from different learning rates; every 2
+iterations the worse half copies the state of the better half (through Tune's
+checkpoints: models, optimizers, RNGs and raysgd's own position) and continues
+with a mutated learning rate. raysgd keeps the recipient's own optimizer
+hyperparameters when it loads another trial's state, so the mutation takes effect.
 """
 import argparse
 import tempfile
