@@ -1,11 +1,10 @@
-"""Runs a benchmark's quick mode the way the smoke tests do, for those tests.
+"""The benchmarks' quick runs that their smoke tests check.
 
-``run_quick`` runs one there and then. The smoke tests of the benchmarks in
-``QUICK_RUNS`` take theirs from the session's ``bench_quick`` fixture
-(``conftest.py``, a :class:`background.Batch`): the first of them to ask starts
-every quick run that this session's smoke tests will ask for, two at a time,
-and each test waits for its own. Each run is the same ``python -m ... --quick
---out PATH`` command from the repository root as before.
+The smoke tests of the benchmarks in ``QUICK_RUNS`` take theirs from the
+session's ``bench_quick`` fixture (``conftest.py``, a :class:`background.Batch`):
+the first of them to ask starts every quick run that this session's smoke tests
+will ask for, two at a time, and each test waits for its own. Each run is
+``python -m ... --quick --out PATH`` from the repository root.
 """
 import functools
 import json
@@ -37,15 +36,6 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
 RUN_TIMEOUT_S = 480
 # What a smoke test may wait for its run, which may be queued behind others.
 WAIT_TIMEOUT_S = 1500
-
-
-def run_quick(module: str, out) -> tuple:
-    """``python -m module --quick --out out`` from the repository root; (document, stdout).
-    A failed run fails the test with the tail of its output."""
-    proc = subprocess.run([sys.executable, "-m", module, "--quick", "--out", str(out)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
 
 
 class QuickRun:
