@@ -1,9 +1,9 @@
 """The benchmarks' quick runs that their smoke tests check.
 
 The smoke tests of the benchmarks in ``QUICK_RUNS`` take theirs from the
-session's ``bench_quick`` fixture, the background batch of ``conftest.py`` (a
-:class:`background.Batch`), which runs every quick run that this session's smoke tests
-will ask for beside the other tests; each smoke test waits for its own. Each run is
+session's ``bench_quick`` fixture (``conftest.py``, a :class:`background.Batch`):
+the first of them to ask starts every quick run that this session's smoke tests
+will ask for, two at a time, and each test waits for its own. Each run is
 ``python -m ... --quick --out PATH`` from the repository root.
 """
 import functools
@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Callable, Dict, Iterable, Tuple
+from typing import Dict, Iterable, Tuple
 
 from background import Batch
 
@@ -31,9 +31,9 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "disk": ("test_bench_disk_smoke", "bench.disk", ()),
     "gpu": ("test_bench_gpu_smoke", "bench.gpu", ()),
 }
-# One run's limit: alone, the longest takes 2-3 minutes; started beside the in-process
-# tests at a lower priority, it may take several times that.
-RUN_TIMEOUT_S = 900
+# One run's limit: alone, the longest takes 2-3 minutes; beside another one on a busy
+# machine it may take twice that.
+RUN_TIMEOUT_S = 480
 # What a smoke test may wait for its run, which may be queued behind others.
 WAIT_TIMEOUT_S = 1500
 
@@ -63,10 +63,10 @@ def _quick(name: str, out_dir: str, batch: Batch) -> QuickRun:
     return QuickRun(proc, out)
 
 
-def quick_jobs(out_dir: str,
-               test_modules: Iterable[str]) -> Dict[str, Callable[[Batch], QuickRun]]:
-    """The quick runs the smoke tests among ``test_modules`` ask for, as batch jobs by name,
-    longest first; their JSON in ``out_dir``."""
+def quick_runs(out_dir: str, test_modules: Iterable[str]) -> Batch:
+    """The quick runs the smoke tests among ``test_modules`` ask for; their JSON in
+    ``out_dir``."""
     selected = set(test_modules)
-    return {name: functools.partial(_quick, name, out_dir)
-            for name, (test_module, _, _) in QUICK_RUNS.items() if test_module in selected}
+    return Batch({name: functools.partial(_quick, name, out_dir)
+                  for name, (test_module, _, _) in QUICK_RUNS.items()
+                  if test_module in selected})

@@ -64,52 +64,14 @@ def trainer_factory(ray_cpus):
         trainer.shutdown()
 
 
-# The fixtures through which a test waits for a run of the background batch.
-WAITS_FOR_BACKGROUND = ("bench_quick", "scripts")
-
-
-def _waits_for_background(item) -> bool:
-    return any(name in getattr(item, "fixturenames", ()) for name in WAITS_FOR_BACKGROUND)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The tests that wait for a background run go last: until then their runs use the CPU
-    that the in-process tests leave idle (``background``)."""
-    items[:] = ([item for item in items if not _waits_for_background(item)]
-                + [item for item in items if _waits_for_background(item)])
-
-
 @pytest.fixture(scope="session")
-def background(request, tmp_path_factory):
-    """The session's one :class:`background.Batch`: the benchmarks' quick runs
-    (``bench_runs``) and the example scripts' runs (``example_runs``) that this session's
-    tests wait for, longest first; ``background.result(name, timeout)``."""
-    from background import Batch
-    from bench_runs import quick_jobs
-    from example_runs import TEST_MODULE, example_jobs
+def bench_quick(request, tmp_path_factory):
+    """The benchmarks' quick runs (``bench_runs.quick_runs``) of this session's smoke tests,
+    two at a time from the first one's start; ``bench_quick.result(name, timeout)``."""
+    from bench_runs import quick_runs
 
     modules = {os.path.splitext(os.path.basename(str(item.fspath)))[0]
-               for item in request.session.items if _waits_for_background(item)}
-    jobs = quick_jobs(str(tmp_path_factory.mktemp("bench-quick")), modules)
-    if TEST_MODULE in modules:
-        examples = example_jobs(tmp_path_factory)
-        assert not set(jobs) & set(examples), "a run name is taken twice"
-        jobs.update(examples)
-    batch = Batch(jobs)
-    yield batch
-    batch.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _background_started(request):
-    """Starts the background runs with the session's first test, when any test waits for
-    one."""
-    if any(_waits_for_background(item) for item in request.session.items):
-        request.getfixturevalue("background").start()
-
-
-@pytest.fixture
-def bench_quick(background):
-    """The background batch, for the benchmarks' smoke tests: ``bench_quick.result(name,
-    timeout)`` is the ``bench_runs.QuickRun`` of ``bench_runs.QUICK_RUNS[name]``."""
-    return background
+               for item in request.session.items}
+    runs = quick_runs(str(tmp_path_factory.mktemp("bench-quick")), modules)
+    yield runs
+    runs.close()
