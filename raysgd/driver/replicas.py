@@ -6,14 +6,20 @@ disk writer and a resume read it anyway. A sharded commit is every rank's own sh
 is copied to the node of the next rank on another node (the driver's node only when no
 rank lives elsewhere), so no node ever stores the whole state for a commit (Ray)
 and the copies spread as evenly as the ranks.
+
+A copy is started, not awaited: training goes on meanwhile. Until it has landed, losing
+the node the commit was made on loses the commit, so a group whose copies cross nodes
+(``crosses_nodes``) has its supervisor keep the commit before as a fallback.
 """
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
 import ray
+from ray.exceptions import ObjectLostError
 
 from raysgd.driver.watch import pull_to_driver
+from raysgd.errors import WorkerFailedError
 
 
 def _peer(rank: int, nodes: Sequence[str]) -> Optional[int]:
@@ -44,6 +50,20 @@ def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[A
                 pull_to_driver([ref])
             continue
         actors[peer - offset].copy_here.remote([ref])  # a list: Ray must not resolve it
+
+
+def crosses_nodes(nodes: Sequence[str]) -> bool:
+    """Whether a commit of ranks on ``nodes`` is copied from one node to another: only when
+    some rank runs off the driver's node (otherwise every copy is a no-op)."""
+    driver_node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    return any(node not in ("local", driver_node) for node in nodes)
+
+
+def lost_objects(exc: BaseException) -> bool:
+    """True when ``exc`` (or a rank's cause in it) is an object Ray lost with its node: a
+    commit part whose copy had not landed yet."""
+    causes = [f.error for f in exc.failures] if isinstance(exc, WorkerFailedError) else [exc]
+    return any(isinstance(cause, ObjectLostError) for cause in causes)
 
 
 def commit_copies(strategy: Any):

@@ -9,7 +9,10 @@ every ``checkpoint_every_n_steps`` batches. On a recoverable failure spare
 workers take the dead ranks' places while the survivors stay, when they can;
 otherwise the supervisor tears the group down, asks the :class:`RecoveryPolicy`
 what to do and starts a new group. Either way every rank restores the commit
-and the call resumes from its step.
+and the call resumes from its step. A commit's copy to another node
+(``raysgd.driver.replicas``) lands in the background; until the next commit the
+one before it is kept, and restored instead when a lost node took the newest
+along before its copy landed.
 
 An exception raised by user code is not retried: it reaches the caller with
 its own type, but first every rank is rolled back to the commit, in place
@@ -26,6 +29,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
+from raysgd.driver.replicas import lost_objects
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
 from raysgd.state.commit import Commit
@@ -66,6 +70,9 @@ class Supervisor:
         self.group: Any = None
         self.capabilities: List[dict] = []
         self.commit: Optional[Commit] = None
+        # The commit before ``commit``, while ``commit``'s copy to another node may not have
+        # landed yet (only groups whose copies cross nodes keep one).
+        self._fallback: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
 
     def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
@@ -159,6 +166,7 @@ class Supervisor:
         self._moved(commit, in_epoch=True)
 
     def _moved(self, commit: Commit, in_epoch: bool) -> None:
+        self._fallback = self.commit if self.group.copies_cross_nodes else None
         self.commit = commit
         self.on_commit(commit, in_epoch)
         self.group.refill_spares()  # training runs: time to warm spares for a failure
@@ -215,7 +223,7 @@ class Supervisor:
         commit. False (the group is then stopped) when that fails."""
         try:
             capabilities = self.group.replace(dead)
-            self.group.restore(self.commit)
+            self._restore(self.group)
         except Exception as exc:  # noqa: BLE001 - a half re-formed group must not train on:
             # the full restart below sets every rank up anew (and raises a user error again)
             logger.warning("raysgd: spares could not take rank(s) %s (%r); restarting every "
@@ -247,7 +255,7 @@ class Supervisor:
 
     def _restored_in_place(self, read_data: bool) -> bool:
         try:
-            self.group.restore(self.commit, renew_shards=read_data)
+            self._restore(self.group, renew_shards=read_data)
             return True
         except WorkerFailedError as exc:
             logger.warning("raysgd: in-place rollback failed (%s); restarting", exc)
@@ -266,11 +274,14 @@ class Supervisor:
             logger.warning("raysgd: restart with %d worker(s) failed: %s", count, exc)
             return False
         try:
-            group.restore(self.commit)
+            self._restore(group)
         except WorkerFailedError as exc:
             group.shutdown(force=True)
             logger.warning("raysgd: restore on %d worker(s) failed: %s", count, exc)
             return False
+        except BaseException:
+            group.shutdown(force=True)
+            raise
         if count != previous:
             self.stats.resizes.append((previous, count, reason))
             self.policy.resized()
@@ -278,6 +289,21 @@ class Supervisor:
         self.group, self.capabilities = group, capabilities
         self.stats.num_workers = count
         return True
+
+    def _restore(self, group: Any, **kwargs) -> None:
+        """``group.restore(self.commit)``; when a lost node took part of that commit along
+        before its copy landed, the commit before it (the fallback) instead."""
+        try:
+            group.restore(self.commit, **kwargs)
+        except Exception as exc:
+            if self._fallback is None or not lost_objects(exc):
+                raise
+            logger.warning("raysgd: the commit of step %d was lost with a node before its copy "
+                           "landed; rolling back to the commit of step %d instead",
+                           self.commit.step, self._fallback.step)
+            self.stats.steps_lost += self.commit.step - self._fallback.step
+            self.commit, self._fallback = self._fallback, None
+            group.restore(self.commit, **kwargs)
 
     def _placeable(self, want: int) -> int:
         return self.local_ranks + self.group.placeable_workers(want=want - self.local_ranks)
@@ -311,4 +337,4 @@ class Supervisor:
         if self.group is not None:
             self.group.shutdown(force=force)
             self.group = None
-        self.commit = None
+        self.commit = self._fallback = None

@@ -26,12 +26,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from raysgd.config import RankInfo, WarmSettings, WorkerSettings
 from raysgd.data.feed import DataFeed, GroupShards, log_restart
-from raysgd.driver import placement
-from raysgd.driver import warm as warm_processes
+from raysgd.driver import placement, warm as warm_processes
 from raysgd.driver.fanout import FanOut
 from raysgd.driver.health import HealthMonitor
 from raysgd.driver.pool import POOL, Crew
-from raysgd.driver.replicas import commit_copies
+from raysgd.driver.replicas import commit_copies, crosses_nodes
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit
@@ -299,10 +298,9 @@ class WorkerGroup(FanOut):
         in the object store (owned by the driver, not on its heap).
         """
         pairs = [actor.execute_pair.remote(method, *args) for actor in self.actors]
-        local_future = None
-        if self.local_runner is not None:
-            local_future = self._run_local(getattr(self.local_runner, method), *args)
-        offset = 1 if self.local_runner is not None else 0
+        runner = self.local_runner
+        local_future = None if runner is None else self._run_local(getattr(runner, method), *args)
+        offset = 1 if runner is not None else 0
         headers = self._gather([h for h, _ in pairs], offset, local_future, True, watch)
         snapshots = [snap for _, snap in pairs]
         if self.local_runner is not None:
@@ -314,6 +312,8 @@ class WorkerGroup(FanOut):
 
     def copy_commit(self, snapshots: List[Any]) -> None:
         self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)
+
+    copies_cross_nodes = property(lambda self: crosses_nodes(self._nodes))  # a copy leaves a node
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""
