@@ -3,8 +3,11 @@
 Checks where the sharded commits' copies live (each rank's on the other worker node, none on
 the driver's node), removes a worker node mid-epoch (the survivor reshards the commit to one
 worker, reading the lost rank's shards from their copy) and adds one back (resharded to
-two). Prints one JSON line with what it saw.
+two). Then removes a worker node the moment a commit was taken, before its copy could land
+(fault injection: that commit's copy is never started), so the recovery must fall back to
+the commit before it. Prints one JSON line with what it saw.
 """
+import logging
 import os
 import sys
 import threading
@@ -32,6 +35,31 @@ def locations(commit, timeout_s=20):
         if all(len(n) >= 2 for n in nodes) or time.monotonic() > deadline:
             return nodes
         time.sleep(0.1)
+
+
+def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
+    """The next commit's copy is never started, and the node ``node_id`` is removed right after
+    it was taken: the moment between a commit and its copy's landing, made certain."""
+    group = trainer._supervisor.group
+    copy, done = group._copies, threading.Event()
+
+    def copy_or_lose(snapshots, *args):
+        if done.is_set():
+            return copy(snapshots, *args)
+        done.set()
+        node = next(n for n in cluster.list_all_nodes() if n.node_id == node_id)
+        threading.Timer(0.05, cluster.remove_node, args=(node,)).start()
+
+    group._copies = copy_or_lose
+
+
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
 def main(pid_dir):
@@ -71,6 +99,18 @@ def main(pid_dir):
                         "num_samples": result["num_samples"]}
     weights = [p.sum().item() for p in trainer.get_model().parameters()]
     out["weights_finite"] = all(w == w for w in weights)
+
+    warnings = Warnings()
+    logging.getLogger("raysgd").addHandler(warnings)
+    ranks = trainer.apply_all_workers(lambda: ray.get_runtime_context().get_node_id())
+    lost_before = trainer.recovery_stats.steps_lost
+    lose_the_next_commit_with_its_node(trainer, cluster, ranks[1])
+    result = trainer.train()
+    out["lost_commit"] = {
+        "fell_back": [m for m in warnings.messages if "before its copy landed" in m],
+        "epoch": result["epoch"], "workers": trainer.recovery_stats.num_workers,
+        "more_steps_lost": trainer.recovery_stats.steps_lost - lost_before,
+        "finite": bool(result["train_loss"] == result["train_loss"])}
     finish(trainer, cluster, out)
 
 

@@ -320,3 +320,8 @@ def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(tmp_p
     add = seen["after_add"]
     assert add["workers"] == 2 and add["epoch"] == 3 and add["num_samples"] == 512  # 1 → 2
     assert seen["weights_finite"]
+    # A node lost before the newest commit's copy landed: the commit before it was restored.
+    lost = seen["lost_commit"]
+    assert len(lost["fell_back"]) == 1, lost
+    assert lost["workers"] == 1 and lost["epoch"] == 4 and lost["finite"]
+    assert lost["more_steps_lost"] >= 4  # at least the lost commit's interval
