@@ -28,6 +28,7 @@ class FakeWorkerGroup:
         self.responses = {"progress": [{"steps": 0, "first_step_wall": None}] * num_workers}
         self.placeable = num_workers
         self.left_running = False
+        self.copies_cross_nodes = False  # one node: the supervisor keeps no fallback commit
         FakeWorkerGroup.instances.append(self)
 
     def start(self):
