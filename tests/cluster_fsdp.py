@@ -38,8 +38,9 @@ def locations(commit, timeout_s=20):
 
 
 def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
-    """The next commit's copy is never started, and the node ``node_id`` is removed right after
-    it was taken: the moment between a commit and its copy's landing, made certain."""
+    """The next commit's copy is never started; instead the node ``node_id`` is removed, before
+    the driver takes that commit up: the moment between a commit and its copy's landing, made
+    certain. (The removal is done when the call returns, so no later commit can complete.)"""
     group = trainer._supervisor.group
     copy, done = group._copies, threading.Event()
 
@@ -47,8 +48,7 @@ def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
         if done.is_set():
             return copy(snapshots, *args)
         done.set()
-        node = next(n for n in cluster.list_all_nodes() if n.node_id == node_id)
-        threading.Timer(0.05, cluster.remove_node, args=(node,)).start()
+        cluster.remove_node(next(n for n in cluster.list_all_nodes() if n.node_id == node_id))
 
     group._copies = copy_or_lose
 
