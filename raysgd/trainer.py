@@ -301,8 +301,9 @@ class TorchTrainer:
     def shutdown(self, force: bool = False) -> None:
         """Stop the workers; every later call raises :class:`TrainerShutdownError`.
 
-        The worker processes go back to this driver's pool, reset, for the next trainer of
-        the same shape to reuse (``reuse_workers=False`` or ``force=True`` kills them).
+        The worker processes go back to this driver's pool, reset, for the next trainer to
+        reuse (any CPU trainer; on GPUs one of the same shape; ``reuse_workers=False`` or
+        ``force=True`` kills them).
         Waits for the last checkpoint to reach ``checkpoint_dir`` and closes the loggers.
         """
         self._recorder.close()

@@ -75,6 +75,40 @@ def test_release_idle_stops_everything_and_held_sums_reservations():
     assert len(stopped) == 2 and pool.held("s1") == {}
 
 
+def test_take_all_and_release_idle_pick_crews_by_predicate_within_the_session():
+    pool, _ = make_pool()
+    stopped = []
+    cpu_a, cpu_b = crew(key="cpu"), crew(key="cpu", actors=("a2",), spares=())
+    pool.give(cpu_a)
+    pool.give(crew(key="gpu", held={"GPU": 1.0}, stopped=stopped))
+    pool.give(cpu_b)
+    assert pool.take_all("s1", lambda c: c.key == "cpu") == [cpu_a, cpu_b]
+    assert pool.take_all("s1", lambda c: c.key == "cpu") == []
+    pool.give(crew(key="cpu", stopped=stopped))
+    assert pool.release_idle(lambda c: bool(c.held)) == 3  # only the one holding a GPU
+    assert [c.key for c in stopped] == ["gpu"] and pool.idle_workers("s1") == 3
+
+
+def test_code_fits_unless_the_module_was_imported_from_another_version():
+    from raysgd.driver.pool import code_fits
+
+    stamp = ("ops", "/x/ops.py", 5)
+    assert code_fits({}, stamp)
+    assert code_fits({"other": ("other", "/x/other.py", 1)}, stamp)
+    assert code_fits({"ops": stamp}, stamp)
+    assert not code_fits({"ops": ("ops", "/x/ops.py", 4)}, stamp)  # edited since
+
+
+def test_seat_fills_each_node_from_the_idle_processes_there_and_leaves_the_rest():
+    from raysgd.driver.pool import seat
+
+    idle = [("p1", "n1"), ("p2", "n2"), ("p3", "n1"), ("p4", "n3")]
+    assert seat(["n1", "n1", "n1", "n2"], idle) == (["p1", "p3", None, "p2"], ["p4"])
+    assert seat([], idle) == ([], ["p1", "p2", "p3", "p4"])
+    assert seat(["n9"], idle) == ([None], ["p1", "p2", "p3", "p4"])
+    assert seat(["n1"], []) == ([None], [])
+
+
 def test_a_zero_timeout_stops_a_crew_at_once():
     pool, _ = make_pool(timeout_s=0)
     stopped = []
@@ -113,6 +147,7 @@ def test_warm_settings_defaults_and_validation():
 def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAYSGD_BASELINE_KEPT", "before")
+    threads = torch.get_num_threads()
     baseline = Baseline.capture()
     torch.manual_seed(1234)
     np.random.seed(0)
@@ -129,6 +164,7 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
     sys.path.append("/raysgd-test-added")
     torch.set_default_dtype(torch.float64)
     torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(threads + 1)  # a trainer that gave its workers more CPUs
 
     baseline.restore()
 
@@ -142,6 +178,7 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
     assert "/raysgd-test-added" not in sys.path
     assert torch.get_default_dtype() == torch.float32
     assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.get_num_threads() == threads
 
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan", "soon"])

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from operators_for_tests import RaisingOperator
+from operators_for_tests import LinearOperator, RaisingOperator
 from raysgd import idle_workers, release_idle_workers
 
 pytestmark = pytest.mark.timeout(300)
@@ -113,14 +113,38 @@ def test_a_spare_warms_up_at_idle_priority_and_leaves_no_thread_at_it(trainer_fa
     assert trainer.train()["num_samples"] > 0
 
 
-def test_a_trainer_of_another_shape_stops_the_idle_workers_and_starts_its_own(trainer_factory):
-    first = trainer_factory(num_workers=2)
+class OtherModuleOperator(LinearOperator):
+    """An operator of another module (this one) than the pooled processes ran before."""
+
+
+def threads():
+    return torch.get_num_threads()
+
+
+def test_a_trainer_of_another_size_takes_the_idle_processes_it_can_seat_and_starts_the_rest(
+        trainer_factory):
+    release_idle_workers()  # earlier tests' idle workers: only this test's are counted
+    first = trainer_factory(num_workers=2, spare_workers=0, num_cpus_per_worker=2)
     old = pids(first)
+    assert first.apply_all_workers(threads) == [2, 2]
     first.shutdown()
-    other = trainer_factory(num_workers=3, spare_workers=0)
-    assert not set(pids(other)) & set(old)
-    assert wait_dead(old) == []
-    other.train()
+    # Larger, one CPU each, another operator's module: both processes serve it, one is new,
+    # and none keeps the 2 threads the first trainer gave it.
+    larger = trainer_factory(OtherModuleOperator, num_workers=3, spare_workers=0)
+    three = pids(larger)
+    assert three[:2] == old and three[2] not in old
+    assert larger.apply_all_workers(threads) == [1, 1, 1]
+    assert larger.train()["num_samples"] > 0
+    larger.shutdown()
+    assert idle_workers()["workers"] == 3
+    # Smaller: one process trains, another is its spare, the third waits in the pool.
+    smaller = trainer_factory(num_workers=1, spare_workers=1)
+    assert pids(smaller)[0] in three
+    assert idle_workers()["workers"] == 1
+    assert smaller.train()["num_samples"] > 0
+    smaller.shutdown()
+    assert idle_workers()["workers"] == 3
+    assert wait_dead(three, timeout_s=0.5) == three  # all of them still run, idle
 
 
 @pytest.mark.parametrize("how", ["reuse_workers=False", "shutdown(force=True)"])
@@ -140,7 +164,7 @@ def test_a_worker_that_died_while_idle_is_replaced(trainer_factory):
     os.kill(old[1], 9)
     assert wait_dead([old[1]]) == []
     second = trainer_factory()
-    assert not set(pids(second)) & set(old)
+    assert pids(second)[0] == old[0] and old[1] not in pids(second)  # only the dead one is new
     assert second.train()["num_samples"] > 0
 
 

@@ -3,11 +3,15 @@
 Starting a worker process (a Ray actor that imports torch, and DDP's first
 import of ``torch._dynamo``) costs seconds; training on one that already runs
 costs nothing. So ``trainer.shutdown()`` hands its workers here instead of
-killing them, and the next trainer whose workers have the same shape (the
-:class:`Crew` key: resources per worker, count, placement, Ray session) takes
-them (a crew also belongs to one Ray session). ``worker_group.py`` builds crews
-and ``warm.py`` knows how to stop one; this module
-only decides who gets what and when an idle crew is stopped:
+killing them, and the next trainer takes them (a crew belongs to one Ray
+session). CPU workers are zero-resource processes, so a trainer of any size takes
+every idle one it can seat on its nodes (:func:`seat`) and starts only the rest;
+GPU workers live in their placement group, so only a trainer of the same shape
+(the :class:`Crew` key: resources per worker, count, placement) takes a GPU crew.
+A process that imported the operator's module before that file was edited is
+never given to a trainer that needs the new code (:func:`code_fits`).
+``worker_group.py`` builds crews and ``warm.py`` knows how to stop one; this
+module only decides who gets what and when an idle crew is stopped:
 
 * after ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle (default 300; 0: no pool);
 * when a trainer needs resources an idle crew holds (``release_idle``);
@@ -22,7 +26,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Hashable, List, Optional
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from raysgd.constants import env_seconds
 from raysgd.errors import ConfigError
@@ -59,6 +63,8 @@ class Crew:
     held: Dict[str, float] = field(default_factory=dict)  # resources that group reserves
     stop: Callable[["Crew"], None] = field(repr=False, default=lambda crew: None)
     idle_since: float = 0.0
+    # The operators' modules these processes imported, by name: their code stamps.
+    code: Dict[str, tuple] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -87,6 +93,14 @@ class WorkerPool:
                     return crew
         return None
 
+    def take_all(self, session: Hashable, fits: Callable[[Crew], bool]) -> List[Crew]:
+        """Every idle crew in ``session`` that ``fits``, oldest first; none is left idle."""
+        with self._lock:
+            self._drop_other_sessions(session)
+            taken = [crew for crew in self._idle if fits(crew)]
+            self._idle = [crew for crew in self._idle if crew not in taken]
+        return taken
+
     def give(self, crew: Crew) -> None:
         """Keep ``crew`` idle until a trainer takes it or it times out."""
         timeout = self._timeout_s()
@@ -99,10 +113,12 @@ class WorkerPool:
             self._idle.append(crew)
         self._arm_for_oldest()
 
-    def release_idle(self) -> int:
-        """Stop every idle crew (a trainer needs the resources they hold); returns their workers."""
+    def release_idle(self, which: Callable[[Crew], bool] = lambda crew: True) -> int:
+        """Stop the idle crews ``which`` picks (all by default: a trainer needs the resources
+        they hold); returns their workers."""
         with self._lock:
-            crews, self._idle = self._idle, []
+            crews = [crew for crew in self._idle if which(crew)]
+            self._idle = [crew for crew in self._idle if crew not in crews]
         self._stop(crews)
         return sum(crew.size for crew in crews)
 
@@ -159,6 +175,26 @@ class WorkerPool:
             self._timer = threading.Timer(delay_s + 0.1, self.reap)
             self._timer.daemon = True
             self._timer.start()
+
+
+def code_fits(code: Dict[str, tuple], stamp: tuple) -> bool:
+    """Whether processes that imported ``code`` can run the operator of ``stamp`` (its
+    module, path, modification time): they did not import that module, or the same file."""
+    return code.get(stamp[0], stamp) == stamp
+
+
+def seat(nodes: Sequence[str], idle: Sequence[Tuple[Any, str]]) -> Tuple[List[Any], List[Any]]:
+    """Which idle process takes each seat: ``nodes`` holds each worker's node, ``idle`` the
+    ``(process, its node)`` pairs. Returns one process or None per seat (None: start a new
+    one there), and the processes left over, in their order."""
+    free = list(range(len(idle)))
+    seated: List[Any] = []
+    for node in nodes:
+        index = next((i for i in free if idle[i][1] == node), None)
+        if index is not None:
+            free.remove(index)
+        seated.append(None if index is None else idle[index][0])
+    return seated, [idle[i][0] for i in free]
 
 
 POOL = WorkerPool()

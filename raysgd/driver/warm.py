@@ -30,7 +30,7 @@ from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
 
 from raysgd.config import WorkerSettings
 from raysgd.driver import placement
-from raysgd.driver.pool import POOL, Crew
+from raysgd.driver.pool import POOL, Crew, code_fits, seat
 from raysgd.worker.actor import RemoteWorker
 
 logger = logging.getLogger("raysgd")
@@ -165,12 +165,10 @@ def code_stamp(cls: type) -> tuple:
         return (cls.__module__, path)
 
 
-def take_crew(key: tuple, nodes: Optional[List[str]]) -> Optional[Tuple[Crew, List[dict]]]:
-    """An idle crew of ``key``, its actors ordered to sit on ``nodes`` (one per worker; None:
-    the crew brings its own placement group), with their node infos; or None.
-
-    Idle crews that do not fit are stopped: this driver has moved on to another shape.
-    """
+def take_crew(key: tuple, spares: int) -> Optional[Tuple[tuple, List[dict]]]:
+    """An idle GPU crew of ``key``: ``((its workers, up to spares of its spares, its placement
+    group), their node infos)``, or None. Idle crews that do not fit are stopped: they hold
+    resources this trainer needs."""
     crew = POOL.take(placement.ray_session(), key)
     if crew is None:
         POOL.release_idle()
@@ -182,30 +180,70 @@ def take_crew(key: tuple, nodes: Optional[List[str]]) -> Optional[Tuple[Crew, Li
         stop_crew(crew)
         POOL.release_idle()
         return None
-    if nodes is not None:
-        order = _seat(infos, nodes)
-        if order is None:
-            stop_crew(crew)
-            POOL.release_idle()
-            return None
-        crew.actors = [crew.actors[i] for i in order]
-        infos = [infos[i] for i in order]
     logger.info("raysgd: reusing %d warm worker(s) (pids %s)", len(infos),
                 [info["pid"] for info in infos])
-    return crew, infos
+    for spare in crew.spares[spares:]:  # this trainer wants fewer
+        kill(spare.actor)
+    return (crew.actors, crew.spares[:spares], crew.group), infos
 
 
-def _seat(infos: List[dict], nodes: List[str]) -> Optional[List[int]]:
-    """Which idle actor takes each worker's place so it sits on that worker's node."""
-    free = list(range(len(infos)))
-    order = []
-    for node in nodes:
-        match = next((i for i in free if infos[i]["node_id"] == node), None)
-        if match is None:
-            return None
-        free.remove(match)
-        order.append(match)
-    return order
+# The key of every idle crew of CPU workers: zero-resource processes, which any CPU trainer
+# can seat on its bundles' nodes, whatever its worker count and resources per worker.
+BESIDE_KEY = ("beside bundles",)
+
+
+@dataclass
+class Taken:
+    """Idle processes a CPU trainer took: one per seat (None: start one there), spares, and
+    the operators' modules those processes imported (their code stamps)."""
+
+    seated: List[Any]
+    spares: List[Spare]
+    code: Dict[str, tuple]
+
+
+def take_beside(stamp: tuple, nodes: List[str], spares: int, operator_cls: type) -> Taken:
+    """Seat idle CPU processes of this driver on ``nodes`` (one per worker), keep up to
+    ``spares`` of the others as spares (idle spares first), and give the rest back to the
+    pool. Processes that imported an older version of the operator's module are stopped."""
+    session = placement.ray_session()
+    POOL.release_idle(lambda crew: crew.key == BESIDE_KEY and not code_fits(crew.code, stamp))
+    crews = POOL.take_all(session, lambda crew: crew.key == BESIDE_KEY)
+    code = {name: s for crew in crews for name, s in crew.code.items()}
+    seated, left = seat(nodes, _answering([a for crew in crews for a in crew.actors]))
+    idle_spares = [spare for crew in crews for spare in crew.spares]
+    for spare in [spare for spare in idle_spares if spare.failed()]:
+        kill(spare.actor)
+        idle_spares.remove(spare)
+    kept, extra = idle_spares[:spares], idle_spares[spares:]
+    if len(kept) < spares and left:
+        blob = ray.cloudpickle.dumps(operator_cls)
+        more, left = left[:spares - len(kept)], left[spares - len(kept):]
+        kept += [Spare(actor, actor.warm.remote(blob)) for actor in more]
+    if left or extra:
+        POOL.give(Crew(session, BESIDE_KEY, left, extra, None, code=dict(code),
+                       stop=stop_crew))
+    reused = sum(actor is not None for actor in seated)
+    if reused or kept:
+        logger.info("raysgd: reusing %d warm worker(s) and %d spare(s); starting %d",
+                    reused, len(kept), len(seated) - reused)
+    return Taken(seated, kept, {**code, stamp[0]: stamp})
+
+
+def _answering(actors: List[Any]) -> List[Tuple[Any, str]]:
+    """``(actor, its node)`` for the idle ``actors`` that answer in time; the others are
+    killed (one that died while idle is replaced, not waited for)."""
+    refs = [actor.node_info.remote() for actor in actors]
+    ray.wait(refs, num_returns=len(refs), timeout=PROBE_S)
+    answering = []
+    for actor, ref in zip(actors, refs):
+        try:
+            answering.append((actor, ray.get(ref, timeout=0)["node_id"]))
+        except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+            logger.warning("raysgd: an idle worker process is gone or does not answer (%s); "
+                           "not reusing it", type(exc).__name__)
+            kill(actor)
+    return answering
 
 
 def stop_crew(crew: Crew) -> None:

@@ -5,9 +5,9 @@ rank in parallel (plus, with ``use_local``, rank 0 in the driver), sets up the
 process group with rank 0's node as the rendezvous, and fans calls out
 (``fanout.FanOut``: failures become typed errors).
 
-Processes stay warm (``raysgd.driver.pool``): a group takes an idle crew of the same
-shape instead of starting actors, and hands its own to the pool when it stops
-cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
+Processes stay warm (``raysgd.driver.pool``): a group takes idle processes instead
+of starting actors (CPU: any it can seat on its nodes; GPU: a crew of the same
+shape), and hands its own to the pool when it stops cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
 dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
 
 Ray Data inputs (``data_feed``) are split anew whenever the ranks set up or
@@ -71,6 +71,7 @@ class WorkerGroup(FanOut):
         self.reservation = reservation
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
         self._pg = None
+        self._code: Dict[str, tuple] = {}  # operators' modules its processes imported (pool.py)
         self._nodes: List[str] = []  # each rank's node
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self._first_bundle = 0
@@ -124,31 +125,30 @@ class WorkerGroup(FanOut):
         if not self.num_remote:
             return infos
         placement.ensure_ray()
-        nodes = None
+        stamp = warm_processes.code_stamp(self.operator_cls)
+        self._code = {stamp[0]: stamp}
         if not self.residence.keeps_group:
-            self._reserve()  # a pooled crew is seated on the new group's nodes
-            nodes = self._worker_nodes()
-        adopted = warm_processes.take_crew(self._crew_key(), nodes) if self.warm.reuse else None
-        if adopted is not None:
-            return infos + self._adopt(*adopted)
-        # Idle crews of another shape are stopped: GPU ones hold resources this group needs.
-        warm_processes.release_idle_workers()
-        if self.residence.keeps_group:
             self._reserve()
             nodes = self._worker_nodes()
-        return infos + self._start_new(nodes)
+            if not self.warm.reuse:
+                return infos + self._start([None] * len(nodes), nodes)
+            taken = warm_processes.take_beside(stamp, nodes, self.warm.spares, self.operator_cls)
+            self.spares, self._code = taken.spares, taken.code
+            return infos + self._start(taken.seated, nodes)
+        adopted = warm_processes.take_crew(self._crew_key(), self.warm.spares) \
+            if self.warm.reuse else None
+        if adopted is not None:
+            (self.actors, self.spares, self._pg), found = adopted
+            return infos + found
+        warm_processes.release_idle_workers()  # idle GPU crews hold what this group needs
+        self._reserve()
+        return infos + self._start([None] * self.num_remote, self._worker_nodes())
 
-    def _adopt(self, crew: Crew, infos: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-        self.actors, self.spares = crew.actors, crew.spares[:self.warm.spares]
-        for spare in crew.spares[self.warm.spares:]:  # this trainer wants fewer
-            warm_processes.kill(spare.actor)
-        self._pg = crew.group or self._pg
-        return infos
-
-    def _start_new(self, nodes: List[str]) -> List[Dict[str, Any]]:
+    def _start(self, seated: List[Any], nodes: List[str]) -> List[Dict[str, Any]]:
+        """New processes for the seats no idle one took (None in ``seated``)."""
         group, bundle = self._group(), self._bundle()
         self.actors = [self.residence.actor(group, self._bundle_index(i), bundle, nodes[i])
-                       for i in range(self.num_remote)]
+                       if actor is None else actor for i, actor in enumerate(seated)]
         return self._get([a.node_info.remote() for a in self.actors], offset=self._first_remote)
 
     @property
@@ -158,11 +158,11 @@ class WorkerGroup(FanOut):
 
     # ------------------------------------------------------------ warm pool
     def _crew_key(self) -> tuple:
-        """What a pooled crew must match: resources per worker, count, and where they live."""
-        where: tuple = ()
-        if self.residence.keeps_group:  # the crew's placement group comes with it
-            where = (self.placement_strategy,) if self.reservation is None else \
-                (self.reservation.group.id, self.reservation.first_bundle)
+        """CPU workers serve any CPU trainer; a GPU crew, only one of its shape and code."""
+        if not self.residence.keeps_group:
+            return warm_processes.BESIDE_KEY
+        where = (self.placement_strategy,) if self.reservation is None else \
+            (self.reservation.group.id, self.reservation.first_bundle)
         return (tuple(sorted(self._bundle().items())), self.num_remote, self.workers_per_bundle,
                 where, warm_processes.code_stamp(self.operator_cls))
 
@@ -178,7 +178,7 @@ class WorkerGroup(FanOut):
             kept, self._pg = self._pg, None
             held = {key: sum(b[key] for b in self._bundles()) for key in self._bundle()}
         POOL.give(Crew(placement.ray_session(), self._crew_key(), self.actors, self.spares,
-                       kept, held, stop=warm_processes.stop_crew))
+                       kept, held, stop=warm_processes.stop_crew, code=self._code))
         self.actors, self.spares = [], []
         return True
 
@@ -353,7 +353,7 @@ class WorkerGroup(FanOut):
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
         if not ray.is_initialized():
             return 0
-        POOL.release_idle()  # a running trainer needs resources more than idle workers do
+        POOL.release_idle(lambda crew: bool(crew.held))  # a running trainer needs them more
         if self.reservation is not None:
             return self.reservation.size  # ours alone; a dead worker's bundle comes back
         return placement.placeable_workers(self._bundle(), want=want)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -32,6 +33,12 @@ from raysgd.state.chunks import as_tensor, assemble, make_chunk
 from raysgd.strategy import FSDP
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import dcp_io, distributed
+
+# Each mesh this process makes gets a name of its own. DTensor caches sharding decisions by
+# mesh, and meshes of the same size compare equal, though a warm process may hold another
+# rank in this one (a pooled process serves trainers of any size): a cached decision would
+# carry the old mesh and its old coordinate. Not reset with the process (a count is enough).
+_MESH_NAMES = (f"raysgd-shard-{n}" for n in itertools.count())
 
 
 def _layout(tensor: DTensor):
@@ -82,7 +89,8 @@ class FSDPStrategy:
             self._skeletons = [_meta_copy(model) for model in models]
         if not dist.is_initialized():  # a world of one still shards (the same code path)
             distributed.init_single_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        mesh = init_device_mesh(self.device.type, (self.rank.world_size,))
+        mesh = init_device_mesh(self.device.type, (self.rank.world_size,),
+                                mesh_dim_names=(next(_MESH_NAMES),))
         options = dict(mesh=mesh, reshard_after_forward=self.spec.reshard_after_forward,
                        mp_policy=self.mp_policy,
                        offload_policy=CPUOffloadPolicy() if self.spec.cpu_offload else None)

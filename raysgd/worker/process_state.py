@@ -5,7 +5,7 @@ trainers the process state a trainer commonly changes goes back to how the
 process started: environment variables (an ``initialization_hook`` often sets
 some), the working directory, ``sys.path``, torch's global switches (default
 dtype, deterministic algorithms, cuDNN flags, float32 matmul precision, grad
-mode), every RNG (reseeded from entropy, as a new process is), and raysgd's own
+mode, intra-op threads: the next trainer may give its workers fewer CPUs), every RNG (reseeded from entropy, as a new process is), and raysgd's own
 module-level state. Modules the user imported stay imported (that is the point
 of keeping the process), and with them whatever state they keep themselves.
 """
@@ -81,7 +81,8 @@ def _torch_switches() -> Dict[str, Any]:
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "cudnn_deterministic": torch.backends.cudnn.deterministic,
             "matmul_precision": torch.get_float32_matmul_precision(),
-            "grad_enabled": torch.is_grad_enabled()}
+            "grad_enabled": torch.is_grad_enabled(),
+            "num_threads": torch.get_num_threads()}
 
 
 def _set_torch_switches(switches: Dict[str, Any]) -> None:
@@ -92,6 +93,8 @@ def _set_torch_switches(switches: Dict[str, Any]) -> None:
     torch.backends.cudnn.deterministic = switches["cudnn_deterministic"]
     torch.set_float32_matmul_precision(switches["matmul_precision"])
     torch.set_grad_enabled(switches["grad_enabled"])
+    if torch.get_num_threads() != switches["num_threads"]:
+        torch.set_num_threads(switches["num_threads"])
 
 
 def _reset_raysgd_modules() -> None:
