@@ -140,3 +140,22 @@ def test_fsdp_in_the_driver_at_world_size_one_matches_ddp_and_cleans_up():
     assert got["ddp"][0] == got["fsdp"][0]
     for a, b in zip(got["ddp"][1], got["fsdp"][1]):
         assert torch.equal(a, b)
+
+
+def test_each_set_up_shards_on_a_mesh_of_its_own():
+    """A pooled process may hold another rank of an equal-sized mesh in its next trainer;
+    DTensor caches sharding decisions by mesh (equal meshes share them, with the old mesh's
+    coordinate), so every set-up's mesh must compare unequal to the ones before."""
+    from fsdp_operators import Block, StackOperator
+    from raysgd.utils import BATCH_SIZE
+
+    meshes = []
+    for _ in range(2):
+        trainer = TorchTrainer(StackOperator, num_workers=1, use_local=True, use_gpu=False,
+                               strategy=FSDP(units=Block), config={BATCH_SIZE: 32})
+        try:
+            model = trainer.get_local_operator().model
+            meshes.append(next(model.parameters()).device_mesh)
+        finally:
+            trainer.shutdown()
+    assert meshes[0].size() == meshes[1].size() and meshes[0] != meshes[1]
