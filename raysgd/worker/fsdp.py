@@ -35,9 +35,9 @@ from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import dcp_io, distributed
 
 # Each mesh this process makes gets a name of its own. DTensor caches sharding decisions by
-# mesh, and meshes of the same size compare equal, though a warm process may hold another
-# rank in this one (a pooled process serves trainers of any size): a cached decision would
-# carry the old mesh and its old coordinate. Not reset with the process (a count is enough).
+# mesh, and two meshes of the same size compare equal; a pooled process may hold another rank
+# in its next trainer's mesh, and a cached decision would bring back the old mesh with its old
+# coordinate. The count is not reset with the process, so a name never repeats in it.
 _MESH_NAMES = (f"raysgd-shard-{n}" for n in itertools.count())
 
 

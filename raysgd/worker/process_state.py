@@ -5,8 +5,9 @@ trainers the process state a trainer commonly changes goes back to how the
 process started: environment variables (an ``initialization_hook`` often sets
 some), the working directory, ``sys.path``, torch's global switches (default
 dtype, deterministic algorithms, cuDNN flags, float32 matmul precision, grad
-mode, intra-op threads: the next trainer may give its workers fewer CPUs), every RNG (reseeded from entropy, as a new process is), and raysgd's own
-module-level state. Modules the user imported stay imported (that is the point
+mode, intra-op threads: the next trainer may give its workers fewer CPUs), every
+RNG (reseeded from entropy, as a new process is), and raysgd's own module-level
+state. Modules the user imported stay imported (that is the point
 of keeping the process), and with them whatever state they keep themselves.
 """
 from __future__ import annotations
