@@ -87,6 +87,9 @@ def test_take_all_and_release_idle_pick_crews_by_predicate_within_the_session():
     pool.give(crew(key="cpu", stopped=stopped))
     assert pool.release_idle(lambda c: bool(c.held)) == 3  # only the one holding a GPU
     assert [c.key for c in stopped] == ["gpu"] and pool.idle_workers("s1") == 3
+    pool.give(crew(key="gpu", held={"GPU": 1.0}, stopped=stopped))
+    assert pool.release_held() == 3  # the same choice, by name; the CPU crews stay
+    assert [c.key for c in stopped] == ["gpu", "gpu"] and pool.idle_workers("s1") == 3
 
 
 def test_code_fits_unless_the_module_was_imported_from_another_version():

@@ -14,7 +14,8 @@ never given to a trainer that needs the new code (:func:`code_fits`).
 module only decides who gets what and when an idle crew is stopped:
 
 * after ``RAYSGD_IDLE_WORKER_TIMEOUT_S`` seconds idle (default 300; 0: no pool);
-* when a trainer needs resources an idle crew holds (``release_idle``);
+* when a trainer needs resources an idle crew holds (``release_held``: idle CPU
+  processes hold none and stay);
 * when its Ray session is gone (``ray.shutdown()``: its actors died with it);
 * at interpreter exit.
 """
@@ -121,6 +122,11 @@ class WorkerPool:
             self._idle = [crew for crew in self._idle if crew not in crews]
         self._stop(crews)
         return sum(crew.size for crew in crews)
+
+    def release_held(self) -> int:
+        """Stop the idle crews that hold resources (GPU crews keep their placement group),
+        which a starting or running trainer needs more; returns their workers."""
+        return self.release_idle(lambda crew: bool(crew.held))
 
     def idle_workers(self, session: Hashable) -> int:
         """Worker processes idle in ``session`` (crews of an ended session are forgotten)."""

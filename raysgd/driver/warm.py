@@ -167,18 +167,15 @@ def code_stamp(cls: type) -> tuple:
 
 def take_crew(key: tuple, spares: int) -> Optional[Tuple[tuple, List[dict]]]:
     """An idle GPU crew of ``key``: ``((its workers, up to spares of its spares, its placement
-    group), their node infos)``, or None. Idle crews that do not fit are stopped: they hold
-    resources this trainer needs."""
+    group), their node infos)``, or None (a crew that does not answer is stopped)."""
     crew = POOL.take(placement.ray_session(), key)
     if crew is None:
-        POOL.release_idle()
         return None
     try:
         infos = ray.get([a.node_info.remote() for a in crew.actors], timeout=PROBE_S)
     except (RayActorError, GetTimeoutError) as exc:
         logger.warning("raysgd: an idle worker is gone (%s); starting new ones", exc)
         stop_crew(crew)
-        POOL.release_idle()
         return None
     logger.info("raysgd: reusing %d warm worker(s) (pids %s)", len(infos),
                 [info["pid"] for info in infos])
@@ -202,11 +199,11 @@ class Taken:
     code: Dict[str, tuple]
 
 
-def take_beside(stamp: tuple, nodes: List[str], spares: int, operator_cls: type) -> Taken:
+def take_beside(nodes: List[str], spares: int, operator_cls: type) -> Taken:
     """Seat idle CPU processes of this driver on ``nodes`` (one per worker), keep up to
     ``spares`` of the others as spares (idle spares first), and give the rest back to the
     pool. Processes that imported an older version of the operator's module are stopped."""
-    session = placement.ray_session()
+    session, stamp = placement.ray_session(), code_stamp(operator_cls)
     POOL.release_idle(lambda crew: crew.key == BESIDE_KEY and not code_fits(crew.code, stamp))
     crews = POOL.take_all(session, lambda crew: crew.key == BESIDE_KEY)
     code = {name: s for crew in crews for name, s in crew.code.items()}

@@ -7,8 +7,8 @@ process group with rank 0's node as the rendezvous, and fans calls out
 
 Processes stay warm (``raysgd.driver.pool``): a group takes idle processes instead
 of starting actors (CPU: any it can seat on its nodes; GPU: a crew of the same
-shape), and hands its own to the pool when it stops cleanly. While it runs it keeps ``spares``: zero-CPU warm actors that take a
-dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
+shape), and hands its own to the pool when it stops cleanly. While it runs it keeps
+``spares``: zero-CPU warm actors that take a dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
 
 Ray Data inputs (``data_feed``) are split anew whenever the ranks set up or
 restore a commit, and the splits are closed with the group.
@@ -71,7 +71,9 @@ class WorkerGroup(FanOut):
         self.reservation = reservation
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
         self._pg = None
-        self._code: Dict[str, tuple] = {}  # operators' modules its processes imported (pool.py)
+        # Operators' modules its CPU processes imported (pool.code_fits); a GPU crew's key
+        # holds its code stamp instead.
+        self._code: Dict[str, tuple] = {}
         self._nodes: List[str] = []  # each rank's node
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self._first_bundle = 0
@@ -125,14 +127,12 @@ class WorkerGroup(FanOut):
         if not self.num_remote:
             return infos
         placement.ensure_ray()
-        stamp = warm_processes.code_stamp(self.operator_cls)
-        self._code = {stamp[0]: stamp}
         if not self.residence.keeps_group:
             self._reserve()
             nodes = self._worker_nodes()
             if not self.warm.reuse:
                 return infos + self._start([None] * len(nodes), nodes)
-            taken = warm_processes.take_beside(stamp, nodes, self.warm.spares, self.operator_cls)
+            taken = warm_processes.take_beside(nodes, self.warm.spares, self.operator_cls)
             self.spares, self._code = taken.spares, taken.code
             return infos + self._start(taken.seated, nodes)
         adopted = warm_processes.take_crew(self._crew_key(), self.warm.spares) \
@@ -140,7 +140,7 @@ class WorkerGroup(FanOut):
         if adopted is not None:
             (self.actors, self.spares, self._pg), found = adopted
             return infos + found
-        warm_processes.release_idle_workers()  # idle GPU crews hold what this group needs
+        POOL.release_held()  # idle GPU crews of another shape hold what this group needs
         self._reserve()
         return infos + self._start([None] * self.num_remote, self._worker_nodes())
 
@@ -353,7 +353,7 @@ class WorkerGroup(FanOut):
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
         if not ray.is_initialized():
             return 0
-        POOL.release_idle(lambda crew: bool(crew.held))  # a running trainer needs them more
+        POOL.release_held()  # a running trainer needs them more than idle workers do
         if self.reservation is not None:
             return self.reservation.size  # ours alone; a dead worker's bundle comes back
         return placement.placeable_workers(self._bundle(), want=want)
