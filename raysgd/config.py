@@ -164,7 +164,9 @@ class WarmSettings:
     """Warm processes (``raysgd.driver.pool``): reuse a stopped trainer's workers, keep spares."""
 
     reuse: bool = True  # shutdown() hands the workers to the pool; a new group takes them
-    spares: int = 0  # warm processes (no CPU reserved while idle) for a dead rank's place
+    # Warm processes (no CPU or GPU reserved while idle) for a dead rank's place. None: one,
+    # on a node with a CPU the group did not reserve (raysgd.driver.spare_plan).
+    spares: Optional[int] = 0
 
     @classmethod
     def create(cls, reuse_workers: Any, spare_workers: Any, remote_workers: int,
@@ -172,14 +174,14 @@ class WarmSettings:
         if not isinstance(reuse_workers, bool):
             raise ConfigError(f"reuse_workers must be True or False, got {reuse_workers!r}.")
         if spare_workers is None:
-            # A spare holds no CPU while idle; a GPU spare would hold a whole GPU. A Tune
-            # trial retries itself (max_failures), and a spare per trial would multiply by the
-            # trials running.
-            spare_workers = 1 if remote_workers and not use_gpu and not in_trial else 0
+            # A Tune trial retries itself (max_failures), and a spare per trial would
+            # multiply by the trials running; without remote workers nothing can be replaced.
+            return cls(reuse_workers, None if remote_workers and not in_trial else 0)
         if isinstance(spare_workers, bool) or not isinstance(spare_workers, numbers.Integral) \
                 or spare_workers < 0:
-            raise ConfigError(f"spare_workers must be an integer >= 0 or None (1 on CPUs, 0 on "
-                              f"GPUs and in Tune trials), got {spare_workers!r}.")
+            raise ConfigError(f"spare_workers must be an integer >= 0 or None (one spare on a "
+                              f"node with a CPU the workers did not reserve; none in Tune "
+                              f"trials), got {spare_workers!r}.")
         if spare_workers and not remote_workers:
             raise ConfigError("spare_workers needs remote workers, but every rank runs in the "
                               "driver (use_local=True, num_workers=1); pass spare_workers=0.")

@@ -87,7 +87,7 @@ def test_sigkill_mid_epoch_recovers_to_bitwise_equal_weights(reference, ray_cpus
 
 
 @pytest.mark.parametrize("spares", [1, 0])
-def test_a_killed_rank_is_taken_by_a_spare_and_the_survivor_keeps_its_process(
+def test_a_killed_rank_is_replaced_and_the_survivor_keeps_its_process(
         reference, ray_cpus, tmp_path, spares):
     import ray
 
@@ -103,11 +103,12 @@ def test_a_killed_rank_is_taken_by_a_spare_and_the_survivor_keeps_its_process(
         epochs += [trainer.train()["epoch"] for _ in range(EPOCHS - 1)]
         after = trainer.apply_all_workers(os.getpid)
         assert trainer.recovery_stats.recoveries == 1
+        assert after[0] == before[0]  # the survivor kept its process, with or without a spare
         if spares:
-            assert after == [before[0], spare_pids[0]]  # the survivor stayed, the spare came in
+            assert after[1] == spare_pids[0]  # the spare came in
             assert len(trainer._supervisor.group.spares) == 1  # and a new spare was started
         else:
-            assert not set(after) & set(before)  # without a spare every rank restarts
+            assert after[1] not in before  # a new process for the dead rank alone
         ref_weights, ref_epochs, _ = reference
         assert epochs == ref_epochs
         for got, want in zip(weights(trainer), ref_weights):

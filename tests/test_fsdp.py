@@ -280,9 +280,13 @@ def fsdp_run(pid_dir, spares, kill):
                            strategy=FSDP(units=nn.Linear), checkpoint_every_n_steps=3,
                            spare_workers=spares, config=config)
     try:
+        epochs = [trainer.train()["epoch"]]
+        before = trainer.apply_all_workers(os.getpid)
         if kill:
             kill_at_step(pid_dir, 1, 16 + 10)  # mid second epoch (16 steps per epoch)
-        epochs = [trainer.train()["epoch"] for _ in range(3)]
+        epochs += [trainer.train()["epoch"] for _ in range(2)]
+        if kill:  # rank 0 kept its process, whether a spare or a new process took rank 1
+            assert trainer.apply_all_workers(os.getpid)[0] == before[0]
         return epochs, weights(trainer), trainer.recovery_stats
     finally:
         trainer.shutdown()

@@ -131,8 +131,10 @@ def test_a_crew_that_fails_to_stop_does_not_break_the_pool(caplog):
 
 
 def test_warm_settings_defaults_and_validation():
-    assert WarmSettings.create(True, None, 2, use_gpu=False) == WarmSettings(True, 1)
-    assert WarmSettings.create(True, None, 2, use_gpu=True).spares == 0  # a spare GPU idles
+    # None: the default, one spare where a node has a CPU the group did not reserve
+    # (raysgd.driver.spare_plan decides per node), on GPUs too: a spare holds no GPU.
+    assert WarmSettings.create(True, None, 2, use_gpu=False) == WarmSettings(True, None)
+    assert WarmSettings.create(True, None, 2, use_gpu=True).spares is None
     assert WarmSettings.create(False, None, 0, use_gpu=False) == WarmSettings(False, 0)
     assert WarmSettings.create(True, 3, 2, use_gpu=False).spares == 3
     # Inside a Tune trial (or any placement group reserved for this process): none unless asked.

@@ -92,25 +92,30 @@ def test_a_second_trainer_reuses_the_processes_and_sees_nothing_of_the_first(tra
     assert idle_workers()["workers"] == 0
 
 
-def test_a_spare_warms_up_at_idle_priority_and_leaves_no_thread_at_it(trainer_factory):
-    """The spare's heavy imports (torch, the worker modules, the operator's module) run in
-    the idle scheduling class, so they never compete with the training processes; when the
-    warm-up ends no thread of the spare stays at low priority (it may take a rank)."""
+def test_the_default_spare_goes_only_where_a_cpu_is_free_and_warms_at_normal_priority(
+        trainer_factory):
+    """Two 1-CPU workers on the 4-CPU node leave two CPUs free: the default keeps one spare
+    there, warming at the priority every worker has. Two 2-CPU workers reserve every CPU:
+    no spare (a dead rank is then taken by a new process)."""
     import ray
 
-    trainer = trainer_factory(spare_workers=1)
-    trainer.train()  # the first commit starts the spare
-    spare, = trainer._supervisor.group.spares
-    info = ray.get(spare.ready, timeout=120)
-    assert info["priority"] == "idle" and info["policy"] == os.SCHED_IDLE, info
-    assert info["threads_left_low"] == [], info
-    # The process itself (and so every thread it starts later) keeps the priority Ray gave
-    # every worker (Ray niceness), as the ranks' processes have it.
+    release_idle_workers()  # earlier tests' idle spares would be adopted
+    roomy = trainer_factory()
+    roomy.train()  # the first commit starts the spare
+    spare, = roomy._supervisor.group.spares
+    assert ray.get(spare.ready, timeout=120) is True
     pid = ray.get(spare.actor.node_info.remote())["pid"]
-    rank_pid = pids(trainer)[0]
+    rank_pid = pids(roomy)[0]
     assert os.sched_getscheduler(pid) == os.SCHED_OTHER
     assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, rank_pid)
-    assert trainer.train()["num_samples"] > 0
+    roomy.shutdown()
+    release_idle_workers()
+
+    full = trainer_factory(num_cpus_per_worker=2)
+    full.train()
+    full.train()
+    assert full._supervisor.group.spares == []
+    assert idle_workers()["workers"] == 0
 
 
 class OtherModuleOperator(LinearOperator):

@@ -49,6 +49,12 @@ def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
+def node_cpus() -> Dict[str, float]:
+    """Every live node's logical CPUs, as its raylet declared them."""
+    return {n["NodeID"]: n.get("Resources", {}).get("CPU", 0.0)
+            for n in ray.nodes() if n.get("Alive")}
+
+
 def bundle_nodes(group: PlacementGroup) -> Dict[int, str]:
     """The node each bundle of a ready placement group sits on."""
     return ray.util.placement_group_table(group)["bundles_to_node_id"]

@@ -5,10 +5,11 @@ The trainer hands every call to a :class:`Supervisor`. The last good state
 when the group starts, returned together with every ``train()`` result, and
 retaken after each call that changes state (``validate`` does not: it leaves
 even the RNGs alone). Inside ``train()`` the call's watch moves it forward
-every ``checkpoint_every_n_steps`` batches. On a recoverable failure spare
-workers take the dead ranks' places while the survivors stay, when they can;
-otherwise the supervisor tears the group down, asks the :class:`RecoveryPolicy`
-what to do and starts a new group. Either way every rank restores the commit
+every ``checkpoint_every_n_steps`` batches. On a recoverable failure newcomers
+(warm spares, else new processes for those ranks alone) take the dead ranks' places
+while the survivors keep theirs, when they can (not when a survivor is stuck inside
+the call or a node is lost); otherwise the supervisor tears the group down, asks the
+:class:`RecoveryPolicy` what to do and starts a new group. Either way every rank restores the commit
 and the call resumes from its step. A commit's copy to another node
 (``raysgd.driver.replicas``) lands in the background; until the next commit the
 one before it is kept, and restored instead when a lost node took the newest
@@ -203,13 +204,14 @@ class Supervisor:
             decision = self.policy.on_no_capacity(self._placeable(previous))
 
     def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
-        """Spares first: None when they took the dead ranks' places. Otherwise the group is
-        stopped and the policy's decision for starting a new one is returned."""
+        """Newcomers (spares, else new processes) take the dead ranks' places while the
+        survivors stay: None when they did. Otherwise the group is stopped and the policy's
+        decision for starting a new one is returned."""
         dead = sorted({f.rank for f in failure.failures if f.died})
         if not self.group.can_replace(dead):
             self.group.shutdown(force=True)
             return self.policy.on_failure(self._placeable(previous))
-        decision = self.policy.on_failure(previous)  # with spares nothing needs placing
+        decision = self.policy.on_failure(previous)  # the dead ranks' bundles are still ours
         if decision.retry:
             time.sleep(decision.wait_s)
             if self._replaced(dead):
@@ -219,15 +221,15 @@ class Supervisor:
         return self.policy.restart_now(self._placeable(previous)) if decision.retry else decision
 
     def _replaced(self, dead: List[int]) -> bool:
-        """Spares take the ``dead`` ranks' places, the survivors stay; every rank loads the
-        commit. False (the group is then stopped) when that fails."""
+        """Newcomers take the ``dead`` ranks' places, the survivors stay; every rank loads
+        the commit. False (the group is then stopped) when that fails."""
         try:
             capabilities = self.group.replace(dead)
             self._restore(self.group)
         except Exception as exc:  # noqa: BLE001 - a half re-formed group must not train on:
             # the full restart below sets every rank up anew (and raises a user error again)
-            logger.warning("raysgd: spares could not take rank(s) %s (%r); restarting every "
-                           "worker", dead, exc)
+            logger.warning("raysgd: rank(s) %s could not be replaced with the other ranks "
+                           "staying (%r); restarting every worker", dead, exc)
             return False
         self.capabilities = capabilities
         return True

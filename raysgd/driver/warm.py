@@ -36,14 +36,9 @@ from raysgd.worker.actor import RemoteWorker
 logger = logging.getLogger("raysgd")
 
 PROBE_S = 5.0  # how long an idle crew may take to answer before it is replaced
-# How long recovery waits for a spare that is still warming up. New processes for every rank
-# take longer than that, and a spare Ray cannot place (no room) must not hold recovery up.
-SPARE_WAIT_S = 3.0
-# How much longer it waits for a spare whose process runs but is still warming up: its warm-up
-# runs at idle priority, so while every rank trained it may have had little CPU; the dead rank's
-# core is free now, and what is left of its imports takes less than new processes for every
-# rank (which import everything from scratch) would.
-SPARE_WARMING_WAIT_S = 20.0
+# How long recovery waits for a spare's process to answer; one that does not (not placed,
+# or still starting) is passed over for a new process.
+SPARE_PROBE_S = 1.0
 
 
 class BesideBundles:
@@ -73,8 +68,10 @@ class InBundles:
                                     scheduling_strategy=strategy).remote()
 
     def spare(self, node: str):
-        # A spare must see a GPU to take a GPU rank, so it holds one (outside the group).
-        return RemoteWorker.options(num_cpus=0, num_gpus=self.gpus,
+        # A spare holds no GPU while idle and starts no CUDA while warming; when it takes a
+        # rank it uses the dead rank's device, which the rank's bundle still reserves
+        # (_WorkerActor.use_devices).
+        return RemoteWorker.options(num_cpus=0, num_gpus=0,
                                     scheduling_strategy=_near(node)).remote(True)
 
 
@@ -87,27 +84,14 @@ def _near(node: str):
     return NodeAffinitySchedulingStrategy(node, soft=True)
 
 
-@dataclass
+@dataclass(eq=False)
 class Spare:
-    """A warm process waiting to take a dead rank's place; ``ready`` resolves once it is warm."""
+    """A warm process waiting to take a dead rank's place on ``node``; ``ready`` resolves
+    once it is warm."""
 
     actor: Any
     ready: Any
-
-    def is_ready(self, wait_s: float = 0.0) -> bool:
-        """Warm and alive as far as Ray knows, waiting up to ``wait_s`` for one still starting."""
-        if wait_s > 0:
-            ray.wait([self.ready], timeout=wait_s)
-        return self._outcome() is True
-
-    def is_running(self, wait_s: float = 1.0) -> bool:
-        """Whether the spare's process runs: its control thread answers while the warm-up
-        holds the main one (a spare Ray has not placed or started does not)."""
-        done, _ = ray.wait([self.actor.progress.remote()], timeout=wait_s)
-        try:
-            return bool(done) and ray.get(done[0]) is not None
-        except (RayActorError, RayTaskError):
-            return False
+    node: str = ""
 
     def failed(self) -> bool:
         """Died before or while warming up (it is then replaced)."""
@@ -118,40 +102,39 @@ class Spare:
         if not done:
             return None
         try:
-            ray.get(done[0])  # what the warm-up ran at (see _WorkerActor.warm)
+            ray.get(done[0])
             return True
         except (RayActorError, RayTaskError):
             return False
 
 
-def ready_spares(spares: List[Spare], count: int) -> List[Spare]:
-    """Up to ``count`` of ``spares`` that are warm: any ready within ``SPARE_WAIT_S``, then,
-    if too few, any whose process runs and that finish warming within
-    ``SPARE_WARMING_WAIT_S``."""
-    ready: List[Spare] = []
-    for wait_s, candidates in ((SPARE_WAIT_S, spares), (SPARE_WARMING_WAIT_S, None)):
-        if candidates is None:  # second round: only the ones already running
-            candidates = [spare for spare in spares if spare not in ready and spare.is_running()]
-        deadline = time.monotonic() + wait_s
-        for spare in candidates:
-            if len(ready) < count and spare not in ready and \
-                    spare.is_ready(max(0.0, deadline - time.monotonic())):
+def usable_spares(spares: List[Spare], count: int) -> List[Spare]:
+    """Up to ``count`` of ``spares`` that can take a rank now: warm ones first, then ones
+    whose process answers within ``SPARE_PROBE_S`` while still warming up (a rank's start
+    waits for the warm-up, which is further along than a new process would be). A spare
+    Ray has not placed or started is passed over."""
+    ready = [spare for spare in spares if spare._outcome() is True][:count]
+    rest = [spare for spare in spares if spare not in ready and spare._outcome() is None]
+    if len(ready) >= count or not rest:
+        return ready
+    probes = [spare.actor.progress.remote() for spare in rest]
+    ray.wait(probes, num_returns=len(probes), timeout=SPARE_PROBE_S)
+    for spare, probe in zip(rest, probes):
+        try:
+            if len(ready) < count and ray.get(probe, timeout=0) is not None:
                 ready.append(spare)
-        if len(ready) >= count:
-            break
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            pass
     return ready
 
 
-def start_spares(count: int, residence_: Any, operator_cls: type, nodes: List[str]) -> List[Spare]:
-    """``count`` spares, not waited for, on the group's own nodes (its bundles, so a Tune
-    trial's spare runs where the trial's resources are), other than rank 0's when the group
-    spans several (a lost rank-0 node then does not take them too)."""
-    others = sorted(set(nodes) - {nodes[0]})
-    node = others[0] if others else nodes[0]
-    actors = [residence_.spare(node) for _ in range(count)]
-    # Pickled here so that the spare unpickles (imports) it in its low-priority warm-up.
+def start_spares(residence_: Any, operator_cls: type, nodes: List[str]) -> List[Spare]:
+    """One spare on each of ``nodes`` (see ``raysgd.driver.spare_plan``), not waited for."""
+    actors = [residence_.spare(node) for node in nodes]
+    # Pickled here, so the spare's warm-up imports the operator's module, not Ray's
+    # argument handling before it.
     blob = ray.cloudpickle.dumps(operator_cls)
-    return [Spare(actor, actor.warm.remote(blob)) for actor in actors]
+    return [Spare(actor, actor.warm.remote(blob), node) for actor, node in zip(actors, nodes)]
 
 
 def code_stamp(cls: type) -> tuple:

@@ -7,8 +7,9 @@ process group with rank 0's node as the rendezvous, and fans calls out
 
 Processes stay warm (``raysgd.driver.pool``): a group takes idle processes instead
 of starting actors (CPU: any it can seat on its nodes; GPU: a crew of the same
-shape), and hands its own to the pool when it stops cleanly. While it runs it keeps
-``spares``: zero-CPU warm actors that take a dead rank's place (:meth:`WorkerGroup.replace`), so recovery starts no process.
+shape), and hands its own to the pool when it stops cleanly. A dead rank is replaced
+while the survivors keep their processes (``raysgd.driver.rejoin``): by a spare, a warm
+actor that holds no CPU or GPU while idle, or else by a new process for that rank alone.
 
 Ray Data inputs (``data_feed``) are split anew whenever the ranks set up or
 restore a commit, and the splits are closed with the group.
@@ -26,10 +27,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from raysgd.config import RankInfo, WarmSettings, WorkerSettings
 from raysgd.data.feed import DataFeed, GroupShards, log_restart
-from raysgd.driver import placement, warm as warm_processes
+from raysgd.driver import placement, spare_plan, warm as warm_processes
 from raysgd.driver.fanout import FanOut
 from raysgd.driver.health import HealthMonitor
 from raysgd.driver.pool import POOL, Crew
+from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.replicas import commit_copies, crosses_nodes
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -43,7 +45,7 @@ logger = logging.getLogger("raysgd")
 RELEASE_S = 10.0  # how long a stopping worker may take to reset before it is killed
 
 
-class WorkerGroup(FanOut):
+class WorkerGroup(FanOut, Rejoin):
     """Starts, drives and stops the workers of one trainer."""
 
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],
@@ -75,6 +77,8 @@ class WorkerGroup(FanOut):
         # holds its code stamp instead.
         self._code: Dict[str, tuple] = {}
         self._nodes: List[str] = []  # each rank's node
+        self._devices: List[list] = []  # each rank's accelerator ids (a spare taking it uses them)
+        self._spare_plan: Optional[tuple] = None  # (rank nodes, spare nodes) for refill_spares
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
@@ -108,6 +112,7 @@ class WorkerGroup(FanOut):
             self.execute("setup_process_group", infos[0]["host"], port)
         summaries = self.execute("setup_operator")
         self._nodes = [info["node_id"] for info in infos]
+        self._devices = [info.get("devices", []) for info in infos]
         self.shards.registered = summaries[0].get("ray_datasets", {})
         for summary in summaries:
             summary.pop("ray_datasets", None)
@@ -132,10 +137,11 @@ class WorkerGroup(FanOut):
             nodes = self._worker_nodes()
             if not self.warm.reuse:
                 return infos + self._start([None] * len(nodes), nodes)
-            taken = warm_processes.take_beside(nodes, self.warm.spares, self.operator_cls)
+            taken = warm_processes.take_beside(nodes, spare_plan.most(self.warm.spares),
+                                               self.operator_cls)
             self.spares, self._code = taken.spares, taken.code
             return infos + self._start(taken.seated, nodes)
-        adopted = warm_processes.take_crew(self._crew_key(), self.warm.spares) \
+        adopted = warm_processes.take_crew(self._crew_key(), spare_plan.most(self.warm.spares)) \
             if self.warm.reuse else None
         if adopted is not None:
             (self.actors, self.spares, self._pg), found = adopted
@@ -181,55 +187,6 @@ class WorkerGroup(FanOut):
                        kept, held, stop=warm_processes.stop_crew, code=self._code))
         self.actors, self.spares = [], []
         return True
-
-    # --------------------------------------------------------------- spares
-    def can_replace(self, ranks: Sequence[int]) -> bool:
-        """Whether spares can take the places of the dead ``ranks`` with the others staying:
-        they died alone (their nodes live: a lost node's bundle must be placed anew), the
-        survivors left the call, and enough spares are alive (ready, or still warming up)."""
-        if not ranks or self.left_running or min(ranks) < self._first_remote:
-            return False
-        alive = placement.alive_nodes()
-        if not all(self._nodes[rank] in alive for rank in ranks):
-            return False
-        return sum(not spare.failed() for spare in self.spares) >= len(ranks)
-
-    def replace(self, ranks: Sequence[int]) -> List[Dict[str, Any]]:
-        """Spares take the dead ``ranks``' places and every rank sets up again (new process
-        group, operators built anew); the survivors keep their processes. Returns the
-        operators' summaries; on a failure the caller stops the group."""
-        offset = self._first_remote
-        ready = warm_processes.ready_spares(self.spares, len(ranks))
-        if len(ready) < len(ranks):
-            raise ResourcesUnavailableError(f"{len(ready)} of {len(ranks)} spare(s) warm in time")
-        for rank, spare in zip(ranks, ready):
-            warm_processes.kill(self.actors[rank - offset])
-            self.actors[rank - offset] = spare.actor
-            self.spares.remove(spare)
-        logger.warning("raysgd: spare worker(s) take rank(s) %s; the process group re-forms",
-                       list(ranks))
-        self._get([a.release.remote() for a in self.actors], offset=offset)
-        infos = []
-        if self.local_runner is not None:
-            self.local_runner.shutdown()
-            self.local_runner = None
-            infos.append(self._local_info())
-        infos += self._get([a.node_info.remote() for a in self.actors], offset=offset)
-        return self._set_up(infos)
-
-    def refill_spares(self) -> None:
-        """Start spares up to the wanted count, without waiting for them.
-
-        Called at each commit, not at start: a starting process takes CPU that the
-        workers' own start and first steps need more.
-        """
-        for spare in [spare for spare in self.spares if spare.failed()]:
-            warm_processes.kill(spare.actor)
-            self.spares.remove(spare)
-        missing = self.warm.spares - len(self.spares)
-        if missing > 0 and self.actors and self._nodes:
-            self.spares += warm_processes.start_spares(missing, self.residence,
-                                                       self.operator_cls, self._nodes)
 
     def _local_info(self) -> Dict[str, Any]:
         if ray.is_initialized():

@@ -1,18 +1,15 @@
 """The Ray actor around one :class:`WorkerRunner`: set-up, calls and control threads.
 
-This module imports no torch: Ray loads it to create every worker, and a spare must
-be able to do its heavy imports later, at low priority (:meth:`_WorkerActor.warm`).
+This module imports no torch: Ray loads it to create every worker, so a spare answers
+its control thread at once and does its heavy imports in :meth:`_WorkerActor.warm`.
 """
 from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import ray
-
-from raysgd.worker.low_priority import run_in_background
 
 if TYPE_CHECKING:
     from raysgd.worker.process_state import Baseline
@@ -31,7 +28,7 @@ class _WorkerActor:
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
         self.baseline: Optional[Baseline] = None  # taken before any user code runs here
-        if not spare:  # a spare takes it in warm(), at low priority (torch comes with it)
+        if not spare:  # a spare takes it in warm() (torch comes with it)
             self._capture_baseline()
 
     def _capture_baseline(self) -> None:
@@ -39,30 +36,29 @@ class _WorkerActor:
             from raysgd.worker.process_state import Baseline
             self.baseline = Baseline.capture()
 
-    def warm(self, operator_blob: bytes) -> Dict[str, Any]:
+    def warm(self, operator_blob: bytes) -> bool:
         """A spare does now what a worker's first trainer would wait for: import torch,
         raysgd's worker side, what DDP imports on first use and the operator's module
-        (``operator_blob`` is the pickled class, so Ray does not import it at normal
-        priority while handing over the argument). All of it runs in a thread at the lowest
-        CPU priority, so a spare never competes with the training processes beside it.
-        Returns what that thread ran at (``low_priority.run_in_background``)."""
-        torch_before = "torch" in sys.modules
-        # numpy's OpenBLAS starts its thread pool as it loads; those threads must not
-        # inherit the warm-up's idle priority, and numpy itself loads in ~0.1 s.
-        importlib.import_module("numpy")
+        (``operator_blob`` is the pickled class). It runs at normal priority: a spare is
+        kept only where a CPU is free for it (``raysgd.driver.spare_plan``), or where the
+        user asked for one. It initialises no CUDA (importing torch does not)."""
+        importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
+        self._capture_baseline()
+        importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
+        ray.cloudpickle.loads(operator_blob)
+        return True
 
-        def warm_up() -> None:
-            importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
-            self._capture_baseline()
-            importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
-            ray.cloudpickle.loads(operator_blob)
-
-        _, info = run_in_background(warm_up)
-        return {**info, "torch_before": torch_before}
+    def use_devices(self, ids: list) -> None:
+        """A spare taking a GPU rank: see the dead rank's devices (``ids``, Ray's accelerator
+        ids, which the rank's bundle still reserves). Ray shows an actor holding no GPU
+        none; CUDA reads this when first used, which a spare never did while warming."""
+        if ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in ids)
 
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
-                "host": ray.util.get_node_ip_address(), "pid": os.getpid()}
+                "host": ray.util.get_node_ip_address(), "pid": os.getpid(),
+                "devices": [str(i) for i in ray.get_gpu_ids()]}
 
     def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
         self.rank = runner_kwargs["rank"].world_rank

@@ -59,7 +59,9 @@ class Baseline:
         random.seed()
         np.random.seed()
         _reset_raysgd_modules()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # is_initialized first: is_available() would start CUDA's driver in a process that
+        # has not yet chosen its device (a GPU spare, _WorkerActor.use_devices).
+        if torch.cuda.is_initialized():
             # GPU memory must be back before the next trainer allocates; a full collection
             # (0.2-0.5 s with torch loaded) frees what reference cycles hold. CPU memory is
             # freed by reference counting and the collector's own schedule.
