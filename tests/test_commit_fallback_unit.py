@@ -44,7 +44,7 @@ class FakeGroup:
     def snapshot(self):
         return commit(0)
 
-    def watch(self, timeout_s, step, on_commit=None, on_progress=None):
+    def watch(self, timeout_s, step, on_commit=None, on_progress=None, on_tick=None):
         self._watch = FakeWatch(on_commit)
         return self._watch
 
@@ -68,7 +68,7 @@ class FakeGroup:
     def placeable_workers(self, want=None):
         return 2 if want is None else want
 
-    def refill_spares(self):
+    def refill_spares(self, avoid=()):
         pass
 
     def shutdown(self, force=False):

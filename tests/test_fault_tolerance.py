@@ -191,3 +191,48 @@ def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
     assert add["workers"] == 2 and add["per_worker_batch"] == [16, 16]
     assert add["epoch"] == 3 and add["num_samples"] == 512
     assert seen["stats"]["failures"] >= 1 and seen["stats"]["recoveries"] >= 1
+
+
+def test_a_preemption_notice_moves_the_ranks_before_the_deadline_and_loses_no_step(tmp_path):
+    """A 3-node cluster: the workers' node is drained (``ray drain-node``, reason preemption,
+    a deadline) early in a train() call and removed at its deadline; the call returns
+    normally with the ranks on the other node, nothing trained lost, the weights bitwise an
+    unfaulted run's, and the notice counted as a preemption, not a failure."""
+    from cluster_scripts import run_cluster_script
+
+    os.makedirs(tmp_path / "ref")
+    seen = run_cluster_script("cluster_preemption.py", str(tmp_path), timeout=300)
+    stats = seen["stats"]
+    assert stats["preemptions"] == 1 and stats["failures"] == 0 and stats["recoveries"] == 0
+    assert stats["steps_lost"] == 0 and len(stats["handover_times_s"]) == 1
+    assert seen["epochs"] == seen["ref_epochs"]
+    assert seen["same_weights"]
+    assert seen["nodes_after"] != [seen["drained"]] and len(seen["nodes_after"]) == 1
+    # Stopped inside the second epoch's call (steps 17-32), after the notice, not at its end.
+    stop, = seen["stopped_at"]
+    step = int(stop.split("at step ")[1].split()[0])
+    assert seen["drained_at_step"] <= step < 32, seen
+    assert seen["removed_at_step"] > step
+
+
+def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_cluster():
+    """Ray 1.12's own tests declare GPUs a node lacks; Ray then assigns them as on a real
+    GPU node (the workers train on the CPU here). The device path itself runs on a GPU."""
+    from cluster_scripts import run_cluster_script
+
+    seen = run_cluster_script("cluster_gpu_spares.py", timeout=300)
+    roomy, full = seen["roomy"], seen["full"]
+    # A free CPU beside the two 1-CPU ranks: one spare, holding and seeing no GPU.
+    assert roomy["spares"] == 1 and roomy["spare"]["devices"] == []
+    assert roomy["gpus_free"] == 0 and roomy["gpus_free_spare_warm"] == 0
+    for run in (roomy, full):
+        before, after = run["before"], run["after"]
+        assert after[0]["pid"] == before[0]["pid"]  # rank 0 kept its process
+        assert after[1]["pid"] != before[1]["pid"]
+        assert after[1]["visible"] == before[1]["visible"]  # the dead rank's device
+        assert run["stats"]["failures"] == 1 and run["stats"]["recoveries"] == 1
+    assert after[1]["pid"] != roomy["spare"]["pid"]
+    assert roomy["after"][1]["pid"] == roomy["spare"]["pid"]  # the spare took the rank
+    assert roomy["after"][1]["ray_gpus"] == []  # still holding no GPU of its own
+    # Every CPU reserved: no spare; a new process in rank 1's bundle, holding its GPU.
+    assert full["spares"] == 0 and full["after"][1]["ray_gpus"] == full["before"][1]["ray_gpus"]

@@ -89,7 +89,7 @@ def _modules():
 
 RAY_BOUNDARY = ("raysgd/driver/worker_group.py", "raysgd/driver/fanout.py", "raysgd/driver/warm.py",
                 "raysgd/driver/placement.py", "raysgd/driver/watch.py", "raysgd/worker/actor.py",
-                "raysgd/driver/replicas.py", "raysgd/driver/staged.py",
+                "raysgd/driver/replicas.py", "raysgd/driver/staged.py", "raysgd/driver/stopping.py",
                 "raysgd/data/feed.py", "raysgd/data/ray_collate.py", "raysgd/tune.py",
                 "raysgd/function/trainable.py", "raysgd/function/hooks.py")
 
@@ -299,3 +299,14 @@ def test_the_lazy_back_references_are_the_known_ones():
     back = {(m, t) for m, imports in graph.items() for t, lazy in imports
             if lazy and _reaches(graph, t, m, lazy_too=True)}
     assert back == LAZY_BACK_REFERENCES
+
+
+def test_loading_the_actor_class_imports_no_torch():
+    """Ray loads raysgd.worker.actor to create every worker, spares included; torch comes
+    only with the warm-up (or start()), so a spare answers its control thread at once (a
+    dead rank's recovery probes it) and a GPU spare starts no CUDA before it has a device."""
+    code = ("import sys, raysgd.worker.actor; "
+            "print(sorted(m for m in ('torch', 'raysgd.worker.runner', 'raysgd.trainer') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -67,7 +67,7 @@ class FakeWorkerGroup:
     def restore(self, commit, renew_shards=False):
         self.calls.append(("restore", (commit,)))
 
-    def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None):
+    def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None, on_tick=None):
         from types import SimpleNamespace
 
         return SimpleNamespace(monitor=SimpleNamespace(reports={}))
@@ -87,7 +87,7 @@ class FakeWorkerGroup:
     def can_replace(self, ranks):
         return False  # no spares: recovery always starts a new group here
 
-    def refill_spares(self):
+    def refill_spares(self, avoid=()):
         pass
 
 

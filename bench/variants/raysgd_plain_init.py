@@ -3,7 +3,7 @@
 The same run as ``bench.variants.raysgd_trainer`` with 2 workers (its ``train``
 does the timing), but Ray is started with its defaults: every CPU of the
 machine, the dashboard when its packages are installed. The lean variant
-passes ``num_cpus=4, include_dashboard=False``.
+passes the machine's cores and ``include_dashboard=False``.
 """
 import ray
 

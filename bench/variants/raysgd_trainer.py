@@ -1,4 +1,12 @@
-"""Variant: raysgd ``TorchTrainer`` with the default operator loop."""
+"""Variant: raysgd ``TorchTrainer`` with the default operator loop.
+
+Ray is told the machine's real core count (``--num-cpus``, default ``os.cpu_count()``), as a
+node declares it: raysgd keeps its default spare only on a node with a CPU the workers did
+not reserve, so declaring more CPUs than the machine has would start a spare that competes
+with training for cores that do not exist.
+"""
+import os
+
 import ray
 
 from raysgd import TorchTrainer
@@ -14,7 +22,11 @@ def _extra(parser) -> None:
     parser.add_argument("--use-local", action="store_true",
                         help="rank 0 in this process (with 1 worker: no Ray at all)")
     parser.add_argument("--spare-workers", type=int, default=None,
-                        help="TorchTrainer(spare_workers=...); the default keeps one spare")
+                        help="TorchTrainer(spare_workers=...); default: raysgd's (one spare "
+                             "where a CPU is free)")
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="ray.init(num_cpus=...) (default: this machine's cores, at least "
+                             "the workers' CPUs)")
 
 
 def train(trainer: TorchTrainer, figures: Figures) -> dict:
@@ -39,7 +51,9 @@ def main() -> None:
     figures = Figures(workload)
     needs_ray = args.num_workers > (1 if args.use_local else 0)
     if needs_ray:
-        ray.init(num_cpus=4, include_dashboard=False)
+        needed = args.num_workers * args.threads
+        ray.init(num_cpus=args.num_cpus or max(os.cpu_count() or 1, needed),
+                 include_dashboard=False)
     try:
         trainer = TorchTrainer(training_operator_cls=BenchOperator, num_workers=args.num_workers,
                                use_gpu=False, use_local=args.use_local,

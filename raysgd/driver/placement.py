@@ -49,6 +49,21 @@ def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
+def draining_nodes() -> Dict[str, int]:
+    """Nodes Ray is draining (``ray drain-node``, as KubeRay and the autoscaler call it for a
+    preemption): ``{node id hex: deadline in epoch ms}``, 0 for no deadline. Under Ray
+    Client the driver cannot ask the GCS; it then sees none."""
+    if not ray.is_initialized() or driver_is_ray_client():
+        return {}
+    from ray._private.state import state
+
+    try:
+        return dict(state.get_draining_nodes())
+    except Exception as exc:  # noqa: BLE001 - a watch that fails must not stop training
+        logger.debug("raysgd: could not read the draining nodes: %r", exc)
+        return {}
+
+
 def node_cpus() -> Dict[str, float]:
     """Every live node's logical CPUs, as its raylet declared them."""
     return {n["NodeID"]: n.get("Resources", {}).get("CPU", 0.0)

@@ -14,7 +14,7 @@ node is gone (its bundle must be placed anew).
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Sequence
+from typing import Any, Collection, Dict, List, Sequence
 
 from raysgd.driver import placement, spare_plan, warm as warm_processes
 
@@ -37,17 +37,25 @@ class Rejoin:
         alive = placement.alive_nodes()
         return all(self._nodes[rank] in alive for rank in ranks)
 
-    def replace(self, ranks: Sequence[int]) -> List[Dict[str, Any]]:
+    def replace(self, ranks: Sequence[int], avoid: Collection[str] = (),
+                placement_timeout_s: float = 5.0) -> List[Dict[str, Any]]:
         """Newcomers take the ``ranks``' places (spares first, else new processes on the
         ranks' bundles) and every rank sets up again; the survivors keep their processes.
-        Returns the operators' summaries; on a failure the caller stops the group."""
+        ``avoid``: draining nodes the ranks leave; their newcomers get new bundles, which Ray
+        places on other nodes (within ``placement_timeout_s``), and spares there are passed
+        over. Returns the operators' summaries; on a failure the caller stops the group."""
         offset, ranks = self._first_remote, list(ranks)
-        taken = warm_processes.usable_spares(self.spares, len(ranks))
+        # A GPU spare would use the devices of a rank on another node: a move needs bundles.
+        usable = [] if avoid and self.residence.keeps_group else \
+            [spare for spare in self.spares if spare.node not in avoid]
+        taken = warm_processes.usable_spares(usable, len(ranks))
         for spare in taken:
             self.spares.remove(spare)
+        if avoid:
+            self._reseat([rank - offset for rank in ranks[len(taken):]], placement_timeout_s)
         nodes = self._worker_nodes()
-        fresh = [self.residence.actor(self._group(), self._bundle_index(rank - offset),
-                                      self._bundle(), nodes[rank - offset])
+        fresh = [self.residence.actor(*self._seat(rank - offset), self._bundle(),
+                                      nodes[rank - offset])
                  for rank in ranks[len(taken):]]
         for rank, actor in zip(ranks, [spare.actor for spare in taken] + fresh):
             warm_processes.kill(self.actors[rank - offset])
@@ -68,7 +76,23 @@ class Rejoin:
         infos += self._get([a.node_info.remote() for a in self.actors], offset=offset)
         return self._set_up(infos)
 
-    def refill_spares(self) -> None:
+    def _reseat(self, workers: List[int], timeout_s: float) -> None:
+        """New bundles for remote ``workers`` leaving a draining node (Ray places nothing
+        new there); the old ones go when the node does."""
+        if workers:
+            group = placement.reserve(self._bundle(), len(workers), timeout_s, "PACK")
+            self._moved_seats.update({worker: (group, k) for k, worker in enumerate(workers)})
+
+    def spares_on(self, nodes: Collection[str]) -> int:
+        """Stop the spares on ``nodes`` (draining ones); how many there were. The next
+        commit starts new ones elsewhere."""
+        leaving = [spare for spare in self.spares if spare.node in nodes]
+        for spare in leaving:
+            warm_processes.kill(spare.actor)
+            self.spares.remove(spare)
+        return len(leaving)
+
+    def refill_spares(self, avoid: Collection[str] = ()) -> None:
         """Start spares up to the wanted count, without waiting for them.
 
         Called at each commit, not at start: a starting process takes CPU that the
@@ -80,10 +104,12 @@ class Rejoin:
         if not (self.actors and self._nodes) or \
                 len(self.spares) >= spare_plan.most(self.warm.spares):
             return
-        if self._spare_plan is None or self._spare_plan[0] != self._nodes:
+        key = (list(self._nodes), set(avoid))
+        if self._spare_plan is None or self._spare_plan[0] != key:
+            cpus = {node: n for node, n in placement.node_cpus().items() if node not in avoid}
             nodes = spare_plan.spare_nodes(self.warm.spares, self._nodes, self._reserved_cpus(),
-                                           placement.node_cpus())
-            self._spare_plan = (list(self._nodes), nodes)
+                                           cpus)
+            self._spare_plan = (key, nodes)
         missing = self._spare_plan[1][len(self.spares):]
         if missing:
             self.spares += warm_processes.start_spares(self.residence, self.operator_cls,

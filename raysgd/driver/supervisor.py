@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
+from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
 from raysgd.driver.replicas import lost_objects
@@ -49,6 +50,9 @@ class RecoveryStats:
     num_workers: int = 0
     resizes: List[Tuple[int, int, str]] = field(default_factory=list)
     user_errors: int = 0  # exceptions from user code, each rolled back to the last commit
+    preemptions: int = 0  # ranks moved off a draining node (not failures: no retry spent)
+    # Seconds from each preemption notice to the next completed step.
+    handover_times_s: List[float] = field(default_factory=list)
 
     @property
     def last_recovery_s(self) -> Optional[float]:
@@ -56,7 +60,7 @@ class RecoveryStats:
         return self.recovery_times_s[-1] if self.recovery_times_s else None
 
 
-class Supervisor:
+class Supervisor(Preemption):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
                  on_commit: Optional[Callable[[Commit, bool], None]] = None):
@@ -75,6 +79,7 @@ class Supervisor:
         # landed yet (only groups whose copies cross nodes keep one).
         self._fallback: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
+        self._init_preemption()
 
     def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
         """Start the workers, at ``resume_from`` = (step, epochs done, snapshot dicts) if given.
@@ -108,24 +113,31 @@ class Supervisor:
               max_retries: Optional[int], progress: Any = NULL_PROGRESS) -> List[dict]:
         self.policy.start_call(max_retries)
         self._scale_up()
+        self._hand_over_if_draining()
         remaining, resume = num_steps, False
         while True:
             watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit,
-                                     on_progress=progress.update)
+                                     on_progress=progress.update, on_tick=self._watch_drains)
             try:
                 headers, commit = self.group.execute_pair(
                     "train_and_commit", remaining, profile, info, resume, watch=watch)
-                break
             except WorkerFailedError as failure:
                 self._recover(failure, self._steps_lost(watch))
-                remaining = None if num_steps is None else num_steps - self.commit.call_done
-                resume = self.commit.call_done > 0
             except BaseException as error:
                 self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch),
                                 read_data=True)
                 raise
+            else:
+                if not headers[0].get("stopped"):
+                    break
+                # Every rank stopped at the agreed step: move the draining node's ranks.
+                self._moved(commit, in_epoch=True)
+                self._hand_over_if_draining(stopped=True)
+            remaining = None if num_steps is None else num_steps - self.commit.call_done
+            resume = self.commit.call_done > 0
         self._moved(commit, in_epoch=False)
         self._note_recovery_time(headers[0]["first_step_wall"])
+        self._note_handover_time(headers[0]["first_step_wall"])
         return [header["metrics"] for header in headers]
 
     def call(self, method: str, *args, mutates: bool = False, watched: bool = False,
@@ -134,6 +146,7 @@ class Supervisor:
         """Any other call (on ``rank`` only, if given), recovered and retried after a
         worker failure; a state-changing call is committed after it ran."""
         self.policy.start_call()
+        self._hand_over_if_draining()
         while True:
             watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
                 if watched else None
@@ -170,7 +183,8 @@ class Supervisor:
         self._fallback = self.commit if self.group.copies_cross_nodes else None
         self.commit = commit
         self.on_commit(commit, in_epoch)
-        self.group.refill_spares()  # training runs: time to warm spares for a failure
+        # Training runs: time to warm spares for a failure (never on a draining node).
+        self.group.refill_spares(avoid=self.drains.draining)
 
     # ------------------------------------------------------------- recovery
     def _recover(self, failure: WorkerFailedError, steps_lost: int) -> None:

@@ -190,7 +190,9 @@ def take_beside(nodes: List[str], spares: int, operator_cls: type) -> Taken:
     POOL.release_idle(lambda crew: crew.key == BESIDE_KEY and not code_fits(crew.code, stamp))
     crews = POOL.take_all(session, lambda crew: crew.key == BESIDE_KEY)
     code = {name: s for crew in crews for name, s in crew.code.items()}
-    seated, left = seat(nodes, _answering([a for crew in crews for a in crew.actors]))
+    answering = _answering([a for crew in crews for a in crew.actors])
+    node_of = {id(actor): node for actor, node in answering}
+    seated, left = seat(nodes, answering)
     idle_spares = [spare for crew in crews for spare in crew.spares]
     for spare in [spare for spare in idle_spares if spare.failed()]:
         kill(spare.actor)
@@ -199,7 +201,7 @@ def take_beside(nodes: List[str], spares: int, operator_cls: type) -> Taken:
     if len(kept) < spares and left:
         blob = ray.cloudpickle.dumps(operator_cls)
         more, left = left[:spares - len(kept)], left[spares - len(kept):]
-        kept += [Spare(actor, actor.warm.remote(blob)) for actor in more]
+        kept += [Spare(actor, actor.warm.remote(blob), node_of[id(actor)]) for actor in more]
     if left or extra:
         POOL.give(Crew(session, BESIDE_KEY, left, extra, None, code=dict(code),
                        stop=stop_crew))

@@ -52,8 +52,10 @@ def fetch_to_driver(snapshots: List[Any]) -> List[Any]:
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
                  on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0,
-                 on_progress: Optional[Callable[[Dict[int, Any]], None]] = None):
+                 on_progress: Optional[Callable[[Dict[int, Any]], None]] = None,
+                 on_tick: Optional[Callable[[], None]] = None):
         self.group = group
+        self.on_tick = on_tick  # the supervisor's preemption watch, every tick
         self.monitor = monitor
         self.committed_step = committed_step
         self.on_commit = on_commit
@@ -75,6 +77,8 @@ class CallWatch:
             self.on_progress(self.monitor.reports)
         if self.on_commit is not None:
             self._advance_commit()
+        if self.on_tick is not None:
+            self.on_tick()
         error = self.monitor.hang_error()
         if error is not None:
             logger.error("raysgd: %s", error)

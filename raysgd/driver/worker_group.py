@@ -32,6 +32,7 @@ from raysgd.driver.fanout import FanOut
 from raysgd.driver.health import HealthMonitor
 from raysgd.driver.pool import POOL, Crew
 from raysgd.driver.rejoin import Rejoin
+from raysgd.driver.stopping import Stopping
 from raysgd.driver.replicas import commit_copies, crosses_nodes
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -45,7 +46,7 @@ logger = logging.getLogger("raysgd")
 RELEASE_S = 10.0  # how long a stopping worker may take to reset before it is killed
 
 
-class WorkerGroup(FanOut, Rejoin):
+class WorkerGroup(FanOut, Rejoin, Stopping):
     """Starts, drives and stops the workers of one trainer."""
 
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],
@@ -78,7 +79,9 @@ class WorkerGroup(FanOut, Rejoin):
         self._code: Dict[str, tuple] = {}
         self._nodes: List[str] = []  # each rank's node
         self._devices: List[list] = []  # each rank's accelerator ids (a spare taking it uses them)
-        self._spare_plan: Optional[tuple] = None  # (rank nodes, spare nodes) for refill_spares
+        self._spare_plan: Optional[tuple] = None  # ((rank nodes, avoided), spare nodes)
+        # Remote workers moved off a draining node: their (placement group, bundle index).
+        self._moved_seats: Dict[int, tuple] = {}
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
@@ -224,10 +227,20 @@ class WorkerGroup(FanOut, Rejoin):
     def _bundle_index(self, worker: int) -> int:
         return self._first_bundle + worker // self.workers_per_bundle
 
+    def _seat(self, worker: int) -> tuple:
+        """(placement group, bundle index) of a remote worker's reservation."""
+        return self._moved_seats.get(worker) or (self._group(), self._bundle_index(worker))
+
     def _worker_nodes(self) -> List[str]:
         """The node of each remote worker's bundle."""
-        nodes = placement.bundle_nodes(self._group())
-        return [nodes[self._bundle_index(i)] for i in range(self.num_remote)]
+        seats = [self._seat(i) for i in range(self.num_remote)]
+        nodes = {id(group): placement.bundle_nodes(group) for group, _ in seats}
+        return [nodes[id(group)][index] for group, index in seats]
+
+    @property
+    def rank_nodes(self) -> List[str]:
+        """The node each rank runs on."""
+        return list(self._nodes)
 
     def _start_runners(self, infos: List[Dict[str, Any]]) -> None:
         local = local_ranks([info["node_id"] for info in infos])
@@ -301,10 +314,11 @@ class WorkerGroup(FanOut, Rejoin):
         log_restart(restarted)
 
     def watch(self, timeout_s: float, committed_step: int, on_commit=None,
-              on_progress=None) -> CallWatch:
+              on_progress=None, on_tick=None) -> CallWatch:
         self._watches += 1
         return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step,
-                         on_commit, ticket=self._watches, on_progress=on_progress)
+                         on_commit, ticket=self._watches, on_progress=on_progress,
+                         on_tick=on_tick)
 
     def placeable_workers(self, want: int = 0) -> int:
         """Workers of this group's shape that fit in the cluster now (remote ones)."""
@@ -327,7 +341,9 @@ class WorkerGroup(FanOut, Rejoin):
         show their resources free again: recovery must not wait for a lost node's resources).
         Workers still inside a call (``left_running``) are never reused.
         """
-        reusable = self.warm.reuse and not force and not self.left_running
+        # A GPU crew keeps one placement group; workers moved into others are not kept.
+        moved_gpu = self.residence.keeps_group and bool(self._moved_seats)
+        reusable = self.warm.reuse and not force and not self.left_running and not moved_gpu
         if self.actors and reusable and ray.is_initialized() and not self._hand_to_pool():
             force = True  # a worker that would not reset will not stop cleanly either
         for spare in self.spares:
@@ -355,3 +371,6 @@ class WorkerGroup(FanOut, Rejoin):
             placement.release(self._pg, {k: available.get(k, 0.0) + v for k, v in freed.items()}
                               if wait_for_release else None)
             self._pg = None
+        for group in {id(g): g for g, _ in self._moved_seats.values()}.values():
+            placement.release(group)
+        self._moved_seats = {}

@@ -104,6 +104,15 @@ class _WorkerActor:
         runner = self.runner  # release() may clear it meanwhile
         return runner.progress() if runner else {"steps": 0, "idle_s": 0.0}
 
+    # The two-phase agreement on a step where every rank stops (raysgd.worker.stop_point):
+    # "propose" / "confirm" take the step, "withdraw" none.
+    @ray.method(concurrency_group="control")
+    def stop_point(self, action: str, *step: int) -> Any:
+        runner = self.runner  # release() may clear it meanwhile
+        if runner is None:
+            return {"accepted": False, "passed": -1} if action == "propose" else False
+        return getattr(runner.stop_point, action)(*step)
+
     # The driver's standing request for the next in-epoch commit: answered
     # the moment the training thread offers one (or None after ``wait_s``).
     @ray.method(concurrency_group="commits", num_returns=2)

@@ -32,6 +32,7 @@ from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents
 from raysgd.worker.returns import call_metrics
 from raysgd.worker.staging import NoStaging, create_staging
+from raysgd.worker.stop_point import StopHere, StopPoint
 from raysgd.worker.strategy import create_strategy
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
@@ -81,6 +82,7 @@ class WorkerRunner:
         self._thread: Optional[int] = None
         self.first_step_wall: Optional[float] = None  # wall time of the first step after a restore
         self._staging = NoStaging()  # sharded disk checkpoints, once the operator exists
+        self.stop_point = StopPoint()  # a step every rank stops at for a hand-over
 
     # ---------------------------------------------------------------- set-up
     def create_store(self, host: str) -> int:
@@ -194,8 +196,16 @@ class WorkerRunner:
 
     def train_and_commit(self, num_steps: Optional[int] = None, profile: bool = False,
                          info: Optional[dict] = None, resume: bool = False):
-        """``train_epoch`` and the commit of its end state, returned together."""
-        metrics = self.train_epoch(num_steps, profile, info, resume)
+        """``train_epoch`` and the commit of its end state, returned together; or, when the
+        ranks agreed to stop at a step (``stop_point``), that step's commit (``stopped``)."""
+        try:
+            metrics = self.train_epoch(num_steps, profile, info, resume)
+        except StopHere as stop:
+            snap = stop.snapshot
+            return {"step": snap["step"], "call_done": snap["call_done"], "stopped": True,
+                    "epochs_done": snap["epochs_done"], "metrics": None,
+                    "first_step_wall": self.first_step_wall}, snap
+        self.stop_point.withdraw()
         header, snap = self.snapshot_pair()
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
 
@@ -321,6 +331,7 @@ class WorkerRunner:
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
         self._handoff.clear()
+        self.stop_point.reset(self._passes.steps)
         return restarted
 
     def next_commit(self, after: int, wait_s: float = 0.0,
@@ -349,6 +360,8 @@ class WorkerRunner:
         self._tick()
         self._note_first_step(done)
         call_done = self._call_done_base + done
+        if self.stop_point.at_boundary(self._passes.steps):
+            raise StopHere(self.snapshot(call_done))
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
             self._handoff.offer(self._passes.steps, self.snapshot(call_done))
             self._last_progress = time.monotonic()  # waiting for the driver is not a hang

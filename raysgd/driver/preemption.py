@@ -1,0 +1,155 @@
+"""Preemption notices: ranks leave a draining node before it goes, and lose no step.
+
+Spot and preemptible nodes are drained with a deadline before they die (Ray's drain
+API, as KubeRay and the autoscaler call it). The supervisor (which mixes in
+:class:`Preemption`) watches Ray's draining nodes at least once a second while a
+``train()`` call runs (every tick of the call's watch) and before every call. When a
+node that holds ranks drains:
+
+1. inside ``train()``: every rank stops at one agreed step boundary
+   (:meth:`raysgd.driver.stopping.Stopping.agree_stop`) and the call returns that step's
+   commit, so nothing past it was trained;
+2. the node's ranks get newcomers on other nodes (spares first, else new processes in
+   bundles Ray places off the draining node), the survivors stay, every rank restores
+   the commit and the call resumes from it. The old processes go with the node.
+
+This is not a failure: no retry is spent, it is logged with the node and its deadline,
+and counted in ``recovery_stats.preemptions``. When the ranks cannot move (no room
+elsewhere in time), the group restarts on the nodes that are not draining, at the
+commit, as after a lost node (fewer workers if need be). Spares on a draining node are
+stopped and started elsewhere.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Dict, List, Optional
+
+from raysgd.driver import placement
+from raysgd.errors import ResourcesUnavailableError
+
+logger = logging.getLogger("raysgd")
+
+POLL_EVERY_S = 1.0  # how often a running call asks Ray for draining nodes
+# Of the time left before the deadline, how much placing the newcomers may take.
+PLACE_SHARE = 0.5
+
+
+class DrainWatch:
+    """Ray's draining nodes, asked at most every ``every_s`` (``check(force=True)``: now)."""
+
+    def __init__(self, poll: Callable[[], Dict[str, int]] = placement.draining_nodes,
+                 every_s: float = POLL_EVERY_S, clock: Callable[[], float] = time.monotonic):
+        self.poll, self.every_s, self.clock = poll, every_s, clock
+        self.draining: Dict[str, int] = {}
+        self._next = 0.0
+
+    def check(self, force: bool = False) -> Dict[str, int]:
+        now = self.clock()
+        if force or now >= self._next:
+            self._next = now + self.every_s
+            self.draining = self.poll()
+        return self.draining
+
+
+def ranks_on(nodes: List[str], draining: Dict[str, int], first_remote: int = 0) -> List[int]:
+    """The ranks (``nodes``: each rank's node) on draining nodes, but a rank living in the
+    driver (``first_remote``), which cannot move."""
+    return [rank for rank, node in enumerate(nodes) if node in draining and rank >= first_remote]
+
+
+def seconds_left(deadline_ms: int, now: Optional[float] = None) -> Optional[float]:
+    """Seconds until a drain deadline (None: no deadline)."""
+    if not deadline_ms:
+        return None
+    return deadline_ms / 1000.0 - (time.time() if now is None else now)
+
+
+class Preemption:
+    """The supervisor's part (module docstring). Needs ``self.group``, ``self.stats``,
+    ``self._restore``, ``self._relaunch``, ``self._moved`` and ``self.policy``."""
+
+    def _init_preemption(self, drains: Optional[DrainWatch] = None) -> None:
+        self.drains = drains or DrainWatch()
+        self._stopping = False  # a stop was agreed in the running call
+        self._noticed_at: Optional[float] = None  # wall time of the notice being handled
+
+    def _moving_ranks(self, force: bool = False) -> List[int]:
+        draining = self.drains.check(force)
+        if not draining:
+            return []
+        return ranks_on(self.group.rank_nodes, draining, 1 if self.local_ranks else 0)
+
+    def _watch_drains(self) -> None:
+        """Every tick of a running ``train()``: a draining node holds ranks → stop there."""
+        if self._stopping or not self._moving_ranks():
+            return
+        self._notice()
+        step = self.group.agree_stop()
+        if step is not None:
+            self._stopping = True
+            logger.warning("raysgd: stopping train() at step %d to move the ranks off "
+                           "draining node(s) %s", step, self._describe())
+
+    def _notice(self) -> None:
+        if self._noticed_at is None:
+            self._noticed_at = time.time()
+
+    def _hand_over_if_draining(self, stopped: bool = False) -> None:
+        """Before a call (the commit is current) and after a ``train()`` that ``stopped`` at
+        an agreed step (its commit is current): move the ranks on draining nodes, stop the
+        spares there. Ranks that stopped restore the commit either way, so the call's
+        resumption starts from it."""
+        self._stopping = False
+        moving = self._moving_ranks(force=True)
+        if self.drains.draining and self.group.spares_on(self.drains.draining):
+            logger.info("raysgd: stopped the spare(s) on draining node(s) %s", self._describe())
+        if not moving:
+            if stopped:  # the drain ended meanwhile: resume in place
+                self._restore(self.group)
+            return
+        self._notice()
+        self.stats.preemptions += 1
+        logger.warning("raysgd: node(s) %s drain for preemption; moving rank(s) %s of %d at "
+                       "the commit of step %d", self._describe(), moving,
+                       self.group.num_workers, self.commit.step)
+        avoid = set(self.drains.draining)
+        try:
+            self.capabilities = self.group.replace(moving, avoid, self._placement_time())
+            self._restore(self.group)
+        except Exception as exc:  # noqa: BLE001 - the fallback below restarts every rank
+            logger.warning("raysgd: could not move rank(s) %s (%r); restarting the workers "
+                           "off the draining node(s) at the commit of step %d", moving, exc,
+                           self.commit.step)
+            self._restart_off_draining()
+
+    def _restart_off_draining(self) -> None:
+        """Every rank anew on the nodes that are not draining, at the commit; fewer when
+        fewer fit, down to ``min_workers`` (as after a lost node)."""
+        previous = self.group.num_workers
+        self.group.shutdown(force=True)
+        for count in range(previous, self.policy.config.min_workers - 1, -1):
+            if count and self._relaunch(count, "moved off draining node(s)", previous):
+                return
+        self.group = None
+        raise ResourcesUnavailableError("No room for the workers off the draining node(s); "
+                                        "add nodes or lower min_workers.")
+
+    def _placement_time(self) -> float:
+        left = [seconds_left(deadline) for deadline in self.drains.draining.values()]
+        left = [s for s in left if s is not None]
+        return max(1.0, min(left) * PLACE_SHARE) if left else 30.0
+
+    def _describe(self) -> str:
+        parts = []
+        for node, deadline in self.drains.draining.items():
+            left = seconds_left(deadline)
+            parts.append(node[:12] + (f" (deadline in {left:.0f}s)" if left is not None else
+                                      " (no deadline)"))
+        return ", ".join(parts)
+
+    def _note_handover_time(self, first_step_wall: Optional[float]) -> None:
+        if self._noticed_at is None:
+            return
+        self.stats.handover_times_s.append((first_step_wall or time.time()) - self._noticed_at)
+        self._noticed_at = None

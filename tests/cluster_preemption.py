@@ -1,0 +1,119 @@
+"""Run by test_fault_tolerance in its own process: a preemption notice on a 3-node cluster.
+
+A head without CPUs (the driver's) and two nodes of 2 CPUs; two 1-CPU workers share one
+of them. An unfaulted run first gives the reference weights. Then the same run again:
+early in its second epoch the workers' node is drained with Ray's command line (reason
+preemption, a deadline of ``DEADLINE_S``), as KubeRay and the autoscaler do, and removed
+at its deadline. Prints one JSON line with what it saw.
+"""
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from operators_for_tests import FaultyOperator  # noqa: E402
+from raysgd import TorchTrainer, release_idle_workers  # noqa: E402
+from raysgd.utils import BATCH_SIZE  # noqa: E402
+
+EPOCHS = 6
+DEADLINE_S = 8
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def make(pid_dir):
+    return TorchTrainer(training_operator_cls=FaultyOperator, num_workers=2, use_gpu=False,
+                        checkpoint_every_n_steps=3,
+                        config={BATCH_SIZE: 32, "pid_dir": pid_dir, "sleep_s": 0.15})
+
+
+def weights(trainer):
+    return [p.detach().flatten().tolist() for p in trainer.get_model().parameters()]
+
+
+def node_of_ranks(trainer):
+    return sorted(set(trainer.apply_all_workers(
+        lambda: ray.get_runtime_context().get_node_id())))
+
+
+def step_of(pid_dir):
+    try:
+        with open(os.path.join(pid_dir, "step")) as handle:
+            return int(handle.read())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def drain_then_remove(cluster, node, pid_dir, at_step, seen):
+    """Drain ``node`` once rank 0 reached ``at_step``; remove it at its deadline."""
+    while step_of(pid_dir) < at_step:
+        time.sleep(0.01)
+    seen["drained_at_step"] = step_of(pid_dir)
+    subprocess.run([RAY_CLI, "drain-node", "--address", cluster.address,
+                    "--node-id", node.node_id, "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+                    "--reason-message", "spot preemption (test)",
+                    "--deadline-remaining-seconds", str(DEADLINE_S)], check=True)
+    seen["drain_done_at_step"] = step_of(pid_dir)
+    time.sleep(DEADLINE_S)
+    seen["removed_at_step"] = step_of(pid_dir)
+    cluster.remove_node(node)
+
+
+class Messages(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def main(tmp):
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    cluster.wait_for_nodes()
+    messages = Messages()
+    logging.getLogger("raysgd").addHandler(messages)
+
+    reference = make(os.path.join(tmp, "ref"))
+    ref_epochs = [reference.train()["epoch"] for _ in range(EPOCHS)]
+    ref_weights = weights(reference)
+    reference.shutdown()
+    release_idle_workers()
+
+    os.makedirs(os.path.join(tmp, "run"))
+    trainer = make(os.path.join(tmp, "run"))
+    epochs = [trainer.train()["epoch"]]  # 16 steps an epoch
+    before, = node_of_ranks(trainer)
+    node = next(n for n in nodes if n.node_id == before)
+    seen = {}
+    thread = threading.Thread(target=drain_then_remove,
+                              args=(cluster, node, os.path.join(tmp, "run"), 17, seen))
+    thread.start()
+    epochs += [trainer.train()["epoch"] for _ in range(EPOCHS - 2)]
+    thread.join()
+    epochs.append(trainer.train()["epoch"])  # the last one after the node is gone
+    stats = vars(trainer.recovery_stats).copy()
+    stats.pop("resizes")
+    result = {"epochs": epochs, "ref_epochs": ref_epochs, "stats": stats, **seen,
+              "same_weights": weights(trainer) == ref_weights,
+              "nodes_after": node_of_ranks(trainer), "drained": before,
+              "stopped_at": [m for m in messages.lines if "stopping train() at step" in m],
+              "moved": [m for m in messages.lines if "drain for preemption" in m]}
+    trainer.shutdown()
+    ray.shutdown()
+    cluster.shutdown()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
