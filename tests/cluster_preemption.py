@@ -1,10 +1,12 @@
-"""Run by test_fault_tolerance in its own process: a preemption notice on a 3-node cluster.
+"""Run by test_fault_tolerance in its own process: a preemption notice and a lost node.
 
 A head without CPUs (the driver's) and two nodes of 2 CPUs; two 1-CPU workers share one
 of them. An unfaulted run first gives the reference weights. Then the same run again:
 early in its second epoch the workers' node is drained with Ray's command line (reason
 preemption, a deadline of ``DEADLINE_S``), as KubeRay and the autoscaler do, and removed
-at its deadline. Prints one JSON line with what it saw.
+at its deadline. Then, with a node added back, a run with its workers on two nodes
+(``SPREAD``) loses rank 1's node mid-epoch: the survivor stays and rank 1 restarts where
+Ray places its bundle anew. Prints one JSON line with what it saw.
 """
 import json
 import logging
@@ -29,10 +31,10 @@ DEADLINE_S = 8
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
-def make(pid_dir):
+def make(pid_dir, **kwargs):
     return TorchTrainer(training_operator_cls=FaultyOperator, num_workers=2, use_gpu=False,
                         checkpoint_every_n_steps=3,
-                        config={BATCH_SIZE: 32, "pid_dir": pid_dir, "sleep_s": 0.15})
+                        config={BATCH_SIZE: 32, "pid_dir": pid_dir, "sleep_s": 0.15}, **kwargs)
 
 
 def weights(trainer):
@@ -110,9 +112,41 @@ def main(tmp):
               "stopped_at": [m for m in messages.lines if "stopping train() at step" in m],
               "moved": [m for m in messages.lines if "drain for preemption" in m]}
     trainer.shutdown()
+    release_idle_workers()
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    result["lost_node"] = lose_a_node(cluster, os.path.join(tmp, "lost"), ref_weights)
     ray.shutdown()
     cluster.shutdown()
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def lose_a_node(cluster, pid_dir, ref_weights):
+    """Rank 1's node removed mid-epoch while another node has room for its bundle."""
+    os.makedirs(pid_dir)
+    trainer = make(pid_dir, placement_strategy="SPREAD")
+    trainer.train()
+    before = trainer.apply_all_workers(lambda: (os.getpid(),
+                                                ray.get_runtime_context().get_node_id()))
+    node = next(n for n in cluster.list_all_nodes() if n.node_id == before[1][1])
+
+    def remove_mid_epoch():
+        while step_of(pid_dir) < 24:
+            time.sleep(0.01)
+        cluster.remove_node(node)
+
+    remover = threading.Thread(target=remove_mid_epoch)
+    remover.start()
+    for _ in range(EPOCHS - 1):
+        trainer.train()
+    remover.join()
+    after = trainer.apply_all_workers(lambda: (os.getpid(),
+                                               ray.get_runtime_context().get_node_id()))
+    stats = vars(trainer.recovery_stats).copy()
+    seen = {"before": before, "after": after, "stats": stats,
+            "same_weights": weights(trainer) == ref_weights}
+    trainer.shutdown()
+    return seen
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
     assert seen["stats"]["failures"] >= 1 and seen["stats"]["recoveries"] >= 1
 
 
-def test_a_preemption_notice_moves_the_ranks_before_the_deadline_and_loses_no_step(tmp_path):
+def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(tmp_path):
     """A 3-node cluster: the workers' node is drained (``ray drain-node``, reason preemption,
     a deadline) early in a train() call and removed at its deadline; the call returns
     normally with the ranks on the other node, nothing trained lost, the weights bitwise an
@@ -213,6 +213,15 @@ def test_a_preemption_notice_moves_the_ranks_before_the_deadline_and_loses_no_st
     step = int(stop.split("at step ")[1].split()[0])
     assert seen["drained_at_step"] <= step < 32, seen
     assert seen["removed_at_step"] > step
+    # Then a node lost with rank 1, another node having room: rank 0 stays, rank 1 restarts
+    # where Ray placed its bundle anew, no resize, and the weights are an unfaulted run's.
+    lost = seen["lost_node"]
+    assert lost["after"][0] == lost["before"][0]
+    assert lost["after"][1][0] != lost["before"][1][0]
+    assert lost["after"][1][1] != lost["before"][1][1]
+    assert lost["stats"]["failures"] == 1 and lost["stats"]["recoveries"] == 1
+    assert lost["stats"]["resizes"] == [] and lost["stats"]["num_workers"] == 2
+    assert lost["same_weights"]
 
 
 def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_cluster():

@@ -6,19 +6,27 @@ process died gets a newcomer: a spare whose process runs (warm, or still warming
 start call then waits for the warm-up, which is further along than a new process
 would be), else a new process started for that rank alone on the rank's bundle. The
 survivors keep their processes: every rank releases its runner and sets up again with
-the newcomers (process group, operators) and the caller restores the commit. A full
-restart of every rank is left to the cases this cannot serve: a survivor still inside
-the call (``left_running``), a dead rank in the driver (``use_local``), or a rank whose
-node is gone (its bundle must be placed anew).
+the newcomers (process group, operators) and the caller restores the commit. A rank
+lost with its node gets its newcomer where Ray places its bundle anew; a rank leaving a
+draining node, in a new bundle off it. A full restart of every rank is left to the
+cases this cannot serve: a survivor still inside the call (``left_running``), a dead
+rank in the driver (``use_local``), or no room for a lost node's bundles (the group
+then shrinks).
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Collection, Dict, List, Sequence
 
 from raysgd.driver import placement, spare_plan, warm as warm_processes
+from raysgd.errors import ResourcesUnavailableError
 
 logger = logging.getLogger("raysgd")
+
+# How long a rank lost with its node waits for Ray to place its bundle anew (it does so at
+# once where a node has room); then the group restarts smaller, as before.
+LOST_SEAT_WAIT_S = 2.0
 
 
 class Rejoin:
@@ -31,32 +39,38 @@ class Rejoin:
 
     def can_replace(self, ranks: Sequence[int]) -> bool:
         """Whether the dead ``ranks`` can be replaced with the others staying: the survivors
-        left the call, no dead rank lived in the driver and the dead ranks' nodes live."""
-        if not ranks or self.left_running or min(ranks) < self._first_remote:
-            return False
-        alive = placement.alive_nodes()
-        return all(self._nodes[rank] in alive for rank in ranks)
+        left the call and no dead rank lived in the driver."""
+        return bool(ranks) and not self.left_running and min(ranks) >= self._first_remote
 
     def replace(self, ranks: Sequence[int], avoid: Collection[str] = (),
                 placement_timeout_s: float = 5.0) -> List[Dict[str, Any]]:
-        """Newcomers take the ``ranks``' places (spares first, else new processes on the
-        ranks' bundles) and every rank sets up again; the survivors keep their processes.
-        ``avoid``: draining nodes the ranks leave; their newcomers get new bundles, which Ray
-        places on other nodes (within ``placement_timeout_s``), and spares there are passed
-        over. Returns the operators' summaries; on a failure the caller stops the group."""
+        """Newcomers take the ``ranks``' places and every rank sets up again; the survivors
+        keep their processes. A newcomer is a spare (not on a node in ``avoid`` or a dead
+        one), else a new process in the rank's bundle: where it was; where Ray placed it
+        anew after its node died (within ``LOST_SEAT_WAIT_S``); or, for a bundle on a
+        draining node in ``avoid``, a new one Ray places elsewhere (within
+        ``placement_timeout_s``). Returns the operators' summaries; raises when a bundle
+        finds no room (the caller then stops the group)."""
         offset, ranks = self._first_remote, list(ranks)
-        # A GPU spare would use the devices of a rank on another node: a move needs bundles.
-        usable = [] if avoid and self.residence.keeps_group else \
-            [spare for spare in self.spares if spare.node not in avoid]
+        alive = placement.alive_nodes() - set(avoid)
+        leaving = {self._nodes[rank] for rank in ranks} - alive
+        # A GPU spare uses the dead rank's device, so it must sit on that rank's node.
+        usable = [] if leaving and self.residence.keeps_group else \
+            [spare for spare in self.spares if spare.node in alive]
         taken = warm_processes.usable_spares(usable, len(ranks))
         for spare in taken:
             self.spares.remove(spare)
-        if avoid:
-            self._reseat([rank - offset for rank in ranks[len(taken):]], placement_timeout_s)
+        workers = [rank - offset for rank in ranks[len(taken):]]
+        bundle_nodes = self._worker_nodes()
+        try:
+            self._reseat([w for w in workers if bundle_nodes[w] in avoid], placement_timeout_s)
+            self._await_seats([w for w in workers if bundle_nodes[w] not in alive | set(avoid)])
+        except BaseException:
+            for spare in taken:  # neither a rank nor a spare any more
+                warm_processes.kill(spare.actor)
+            raise
         nodes = self._worker_nodes()
-        fresh = [self.residence.actor(*self._seat(rank - offset), self._bundle(),
-                                      nodes[rank - offset])
-                 for rank in ranks[len(taken):]]
+        fresh = [self.residence.actor(*self._seat(w), self._bundle(), nodes[w]) for w in workers]
         for rank, actor in zip(ranks, [spare.actor for spare in taken] + fresh):
             warm_processes.kill(self.actors[rank - offset])
             self.actors[rank - offset] = actor
@@ -75,6 +89,22 @@ class Rejoin:
             infos.append(self._local_info())
         infos += self._get([a.node_info.remote() for a in self.actors], offset=offset)
         return self._set_up(infos)
+
+    def _await_seats(self, workers: List[int]) -> None:
+        """Wait until Ray placed the bundles of ``workers`` anew after their node died (at
+        once where a node has room); ResourcesUnavailableError when none does in time."""
+        if not workers:
+            return
+        deadline = time.monotonic() + LOST_SEAT_WAIT_S
+        while True:
+            alive, nodes = placement.alive_nodes(), self._worker_nodes()
+            if all(nodes[w] in alive for w in workers):
+                return
+            if time.monotonic() >= deadline:
+                raise ResourcesUnavailableError(
+                    f"no node has room for the bundle(s) of rank(s) {workers} after their node "
+                    f"was lost (waited {LOST_SEAT_WAIT_S:.0f}s)")
+            time.sleep(0.05)
 
     def _reseat(self, workers: List[int], timeout_s: float) -> None:
         """New bundles for remote ``workers`` leaving a draining node (Ray places nothing

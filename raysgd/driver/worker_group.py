@@ -235,7 +235,8 @@ class WorkerGroup(FanOut, Rejoin, Stopping):
         """The node of each remote worker's bundle."""
         seats = [self._seat(i) for i in range(self.num_remote)]
         nodes = {id(group): placement.bundle_nodes(group) for group, _ in seats}
-        return [nodes[id(group)][index] for group, index in seats]
+        # A bundle Ray is placing anew (its node died) has no node yet.
+        return [nodes[id(group)].get(index, "") for group, index in seats]
 
     @property
     def rank_nodes(self) -> List[str]:
