@@ -12,10 +12,13 @@ from bench_runs import WAIT_TIMEOUT_S
 RECOVERY = ("recovery_s", "steps_rerun", "commit_interval", "first_step_s", "wall_s",
             "peak_mem_mib")
 THROUGHPUT = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
+PREEMPT = ("notice_to_step_s", "steps_rerun", "first_step_s", "wall_s", "peak_mem_mib")
 EXPECTED = {
     "raysgd_recovery": RECOVERY + ("recovery_reported_s", "steps_lost_reported"),
     "raysgd_recovery_nospare": RECOVERY + ("recovery_reported_s", "steps_lost_reported"),
     "raytrain_recovery": RECOVERY,
+    "raysgd_preempt": PREEMPT,
+    "raytrain_preempt": PREEMPT,
     "raysgd_commit_none": THROUGHPUT,
     "raysgd_commit_default": THROUGHPUT + ("commit_interval",),
     "raysgd_commit_10": THROUGHPUT + ("commit_interval",),
@@ -50,9 +53,18 @@ def test_bench_recovery_quick_reports_every_figure(bench_quick):
         assert run["spare_workers"] == spares and run["warm_spare_wait_s"] is None, run
         assert run["killed_at_step"] is not None and not run["kill_error"], run
         assert run["recoveries"] == 1 and run["num_workers_after"] == 2, run
+    # A preemption notice: raysgd moves the ranks and re-runs nothing; Ray Train restarts.
+    preempted = document["variants"]["raysgd_preempt"]["runs"][0]
+    assert preempted["preemptions"] == 1 and preempted["failures"] == 0, preempted
+    assert preempted["steps_rerun"] == 0 and preempted["steps_lost_reported"] == 0, preempted
+    assert preempted["final_step"] == preempted["expected_final_step"], preempted
+    restarted = document["variants"]["raytrain_preempt"]["runs"][0]
+    assert restarted["restarts"] >= 1 and not restarted["kill_error"], restarted
     labels = {(ratio["ratio"], ratio["figure"]) for ratio in document["ratios"]}
     assert labels == {("raysgd/Ray Train", "recovery_s"), ("raysgd/Ray Train", "steps_rerun"),
                       ("raysgd spare/no spare", "recovery_s"),
+                      ("raysgd no spare/Ray Train", "recovery_s"),
+                      ("raysgd/Ray Train preempted", "notice_to_step_s"),
                       ("raysgd re-run/interval", "steps_rerun/commit_interval"),
                       ("Ray Train re-run/interval", "steps_rerun/commit_interval"),
                       ("commit default/none", "steady_samples_per_s"),

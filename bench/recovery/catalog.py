@@ -16,8 +16,10 @@ RECOVERY_FIGURES = ("recovery_s", "steps_rerun", "commit_interval", "first_step_
                     "wall_s", "peak_mem_mib")
 RAYSGD_RECOVERY_FIGURES = RECOVERY_FIGURES + ("recovery_reported_s", "steps_lost_reported")
 THROUGHPUT_FIGURES = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
+PREEMPT_FIGURES = ("notice_to_step_s", "steps_rerun", "first_step_s", "wall_s", "peak_mem_mib")
 
 HEADERS = {"recovery_s": "kill→next step (s)",
+           "notice_to_step_s": "notice→step elsewhere (s)",
            "recovery_reported_s": "raysgd's own (s)",
            "steps_rerun": "steps re-run",
            "steps_lost_reported": "steps lost (raysgd)",
@@ -32,7 +34,7 @@ HEADERS = {"recovery_s": "kill→next step (s)",
 @dataclass(frozen=True)
 class Entry:
     variant: Variant
-    kind: str  # "recovery" or "throughput"
+    kind: str  # "recovery", "preemption" or "throughput"
     figures: Tuple[str, ...]
 
     @property
@@ -55,6 +57,14 @@ ENTRIES: Tuple[Entry, ...] = (
                   "Ray Train, checkpoint every epoch",
                   _R + "raytrain_kill", ("--max-failures", "3")),
           "recovery", RECOVERY_FIGURES),
+    Entry(Variant("raysgd_preempt",
+                  "raysgd defaults, 3-node cluster, node drained (15 s deadline; quick: 4 s)",
+                  _R + "raysgd_preempt", ()),
+          "preemption", PREEMPT_FIGURES),
+    Entry(Variant("raytrain_preempt",
+                  "Ray Train, epoch checkpoints + just-in-time one on notice, same drain",
+                  _R + "raytrain_preempt", ()),
+          "preemption", PREEMPT_FIGURES),
     Entry(Variant("raysgd_commit_none", "raysgd, commits at train() ends only",
                   _R + "raysgd_commit", ("--commit-every", "none")),
           "throughput", THROUGHPUT_FIGURES),
@@ -86,6 +96,8 @@ RATIOS = (
      ("steps_rerun", "commit_interval"), ("<=", 1.0)),
     ("Ray Train re-run/interval", "raytrain_recovery", "raytrain_recovery",
      ("steps_rerun", "commit_interval"), None),
+    ("raysgd/Ray Train preempted", "raysgd_preempt", "raytrain_preempt", "notice_to_step_s",
+     None),
     ("commit default/none", "raysgd_commit_default", "raysgd_commit_none",
      "steady_samples_per_s", (">=", 0.97)),
     (f"commit {DENSE_COMMIT_EVERY}/none", f"raysgd_commit_{DENSE_COMMIT_EVERY}",

@@ -22,6 +22,7 @@ DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "recovery.json")
 RECOVERY_COLUMNS = ("recovery_s", "recovery_reported_s", "steps_rerun", "steps_lost_reported",
                     "commit_interval", "first_step_s", "wall_s", "peak_mem_mib")
 THROUGHPUT_COLUMNS = ("steady_samples_per_s", "first_step_s", "wall_s", "peak_mem_mib")
+PREEMPT_COLUMNS = ("notice_to_step_s", "steps_rerun", "first_step_s", "wall_s", "peak_mem_mib")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,6 +52,10 @@ def _cell(stats) -> str:
 def describe(run: Dict[str, Any], entry: Entry) -> str:
     if not run["ok"]:
         return "FAILED: " + run["error"].splitlines()[0]
+    if entry.kind == "preemption":
+        return (f"notice at step {run['noticed_at_step']}, a step elsewhere after "
+                f"{run['notice_to_step_s']:.2f}s, {run['steps_rerun']} step(s) re-run, "
+                f"wall {run['wall_s']:.1f}s")
     if entry.kind == "recovery":
         own = run.get("recovery_reported_s")
         return (f"kill at step {run['killed_at_step']}, next step after {run['recovery_s']:.2f}s"
@@ -71,7 +76,8 @@ def tables(entries: List[Entry], summaries: Dict[str, Dict[str, Any]],
            ratios: List[Dict[str, Any]]) -> str:
     """The recovery table, the throughput table and the ratios, as text."""
     out = []
-    for kind, columns in (("recovery", RECOVERY_COLUMNS), ("throughput", THROUGHPUT_COLUMNS)):
+    for kind, columns in (("recovery", RECOVERY_COLUMNS), ("preemption", PREEMPT_COLUMNS),
+                          ("throughput", THROUGHPUT_COLUMNS)):
         chosen = [entry for entry in entries if entry.kind == kind]
         if not chosen:
             continue

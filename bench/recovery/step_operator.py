@@ -13,7 +13,10 @@ class StepLogOperator(BenchOperator):
 
     def setup(self, config):
         super().setup(config)
-        self.step_log = StepLog(config["step_dir"], self.world_rank)
+        import ray
+
+        self.step_log = StepLog(config["step_dir"], self.world_rank,
+                                ray.get_runtime_context().get_node_id())
 
     def train_batch(self, batch, batch_info):
         metrics = super().train_batch(batch, batch_info)

@@ -33,15 +33,29 @@ def pid_path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"pid-rank{rank}")
 
 
+def node_path(directory: str, rank: int) -> str:
+    return os.path.join(directory, f"node-rank{rank}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def read_node(directory: str, rank: int) -> str:
+    with open(node_path(directory, rank)) as handle:
+        return handle.read()
+
+
 class StepLog:
     """Worker side: ``log = StepLog(dir, rank)`` in set-up, ``log.completed(step)`` per step."""
 
-    def __init__(self, directory: str, rank: int):
+    def __init__(self, directory: str, rank: int, node: Optional[str] = None):
         self.rank = rank
-        tmp = pid_path(directory, rank) + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(str(os.getpid()))
-        os.replace(tmp, pid_path(directory, rank))
+        _write(pid_path(directory, rank), str(os.getpid()))
+        if node is not None:  # the Ray node id, for the preemption variants
+            _write(node_path(directory, rank), node)
         self._handle = open(os.path.join(directory, LOG_NAME), "a") if rank == 0 else None
         self._pid = os.getpid()
 
