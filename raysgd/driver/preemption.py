@@ -14,10 +14,12 @@ node that holds ranks drains:
    the commit and the call resumes from it. The old processes go with the node.
 
 This is not a failure: no retry is spent, it is logged with the node and its deadline,
-and counted in ``recovery_stats.preemptions``. When the ranks cannot move (no room
-elsewhere in time), the group restarts on the nodes that are not draining, at the
-commit, as after a lost node (fewer workers if need be). Spares on a draining node are
-stopped and started elsewhere.
+and counted in ``recovery_stats.preemptions``. When no other node has room for the
+ranks in time, they train on where they are from the commit just taken (the node is not
+acted on again): when it goes, that is a lost node, recovered from the newest commit
+(at most one commit interval lost) and the group shrinks if it must. When the move
+fails half-way, every rank restarts off the draining nodes at the commit, fewer if need
+be. Spares on a draining node are stopped and started elsewhere.
 """
 from __future__ import annotations
 
@@ -72,13 +74,16 @@ class Preemption:
     def _init_preemption(self, drains: Optional[DrainWatch] = None) -> None:
         self.drains = drains or DrainWatch()
         self._stopping = False  # a stop was agreed in the running call
+        self._declined: set = set()  # draining nodes whose ranks found no room elsewhere
         self._noticed_at: Optional[float] = None  # wall time of the notice being handled
 
     def _moving_ranks(self, force: bool = False) -> List[int]:
         draining = self.drains.check(force)
-        if not draining:
+        acting = {node: deadline for node, deadline in draining.items()
+                  if node not in self._declined}
+        if not acting:
             return []
-        return ranks_on(self.group.rank_nodes, draining, 1 if self.local_ranks else 0)
+        return ranks_on(self.group.rank_nodes, acting, 1 if self.local_ranks else 0)
 
     def _watch_drains(self) -> None:
         """Every tick of a running ``train()``: a draining node holds ranks → stop there."""
@@ -109,7 +114,6 @@ class Preemption:
                 self._restore(self.group)
             return
         self._notice()
-        self.stats.preemptions += 1
         logger.warning("raysgd: node(s) %s drain for preemption; moving rank(s) %s of %d at "
                        "the commit of step %d", self._describe(), moving,
                        self.group.num_workers, self.commit.step)
@@ -117,11 +121,21 @@ class Preemption:
         try:
             self.capabilities = self.group.replace(moving, avoid, self._placement_time())
             self._restore(self.group)
+        except ResourcesUnavailableError as exc:  # no bundle placed: the group is as it was
+            self._declined.update(avoid)
+            self._noticed_at = None
+            logger.warning("raysgd: no room off the draining node(s) for rank(s) %s (%s); they "
+                           "train on there from the commit of step %d until the node goes",
+                           moving, exc, self.commit.step)
+            if stopped:
+                self._restore(self.group)
+            return
         except Exception as exc:  # noqa: BLE001 - the fallback below restarts every rank
             logger.warning("raysgd: could not move rank(s) %s (%r); restarting the workers "
                            "off the draining node(s) at the commit of step %d", moving, exc,
                            self.commit.step)
             self._restart_off_draining()
+        self.stats.preemptions += 1
 
     def _restart_off_draining(self) -> None:
         """Every rank anew on the nodes that are not draining, at the commit; fewer when
