@@ -5,8 +5,8 @@ worker pids come from ``trainer.apply_all_workers(os.getpid)``; a thread kills
 rank 1 when rank 0's step log shows the kill step. ``train()`` recovers by itself.
 ``--spare-workers N`` passes ``spare_workers=N`` (without it, raysgd's default:
 one warm spare takes the dead rank's place). ``--warm-spare`` waits after the warm-up epoch
-until the spare has finished warming up, as it has in a run that had idle moments (or a free
-core) before the kill; without it the kill comes while a spare on two busy cores still warms.
+until the spare has finished warming up; without it the kill may come while the spare still
+warms (its rank's start then waits for the rest of the warm-up).
 """
 import os
 import shutil
@@ -40,8 +40,8 @@ def _extra(parser) -> None:
                         help="kill only once every spare has finished warming up")
 
 
-# A spare warms up at idle CPU priority: alone this takes about 5 s; beside another busy
-# process (the smoke tests run two benchmarks at once) it may take much longer.
+# A spare warms up in a few seconds alone; beside busy processes (the smoke tests run two
+# benchmarks at once) it may take much longer.
 WARM_SPARE_TIMEOUT_S = 90.0
 
 

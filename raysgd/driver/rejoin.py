@@ -39,8 +39,11 @@ class Rejoin:
 
     def can_replace(self, ranks: Sequence[int]) -> bool:
         """Whether the dead ``ranks`` can be replaced with the others staying: the survivors
-        left the call and no dead rank lived in the driver."""
-        return bool(ranks) and not self.left_running and min(ranks) >= self._first_remote
+        left the call, no dead rank lived in the driver, and processes may be reused at all
+        (``reuse_workers=False``, as function trainables set it: their function runs in a
+        thread no one can stop, so a survivor would keep the old one)."""
+        return bool(ranks) and not self.left_running and min(ranks) >= self._first_remote \
+            and self.warm.reuse
 
     def replace(self, ranks: Sequence[int], avoid: Collection[str] = (),
                 placement_timeout_s: float = 5.0) -> List[Dict[str, Any]]:
@@ -53,32 +56,30 @@ class Rejoin:
         finds no room (the caller then stops the group)."""
         offset, ranks = self._first_remote, list(ranks)
         alive = placement.alive_nodes() - set(avoid)
-        leaving = {self._nodes[rank] for rank in ranks} - alive
-        # A GPU spare uses the dead rank's device, so it must sit on that rank's node.
-        usable = [] if leaving and self.residence.keeps_group else \
-            [spare for spare in self.spares if spare.node in alive]
-        taken = warm_processes.usable_spares(usable, len(ranks))
-        for spare in taken:
+        assigned = self._assign_spares(ranks, alive)
+        for spare in assigned.values():
             self.spares.remove(spare)
-        workers = [rank - offset for rank in ranks[len(taken):]]
+        workers = [rank - offset for rank in ranks if rank not in assigned]
         bundle_nodes = self._worker_nodes()
         try:
             self._reseat([w for w in workers if bundle_nodes[w] in avoid], placement_timeout_s)
             self._await_seats([w for w in workers if bundle_nodes[w] not in alive | set(avoid)])
         except BaseException:
-            for spare in taken:  # neither a rank nor a spare any more
+            for spare in assigned.values():  # neither a rank nor a spare any more
                 warm_processes.kill(spare.actor)
             raise
         nodes = self._worker_nodes()
-        fresh = [self.residence.actor(*self._seat(w), self._bundle(), nodes[w]) for w in workers]
-        for rank, actor in zip(ranks, [spare.actor for spare in taken] + fresh):
+        newcomers = {rank: spare.actor for rank, spare in assigned.items()}
+        for w in workers:
+            newcomers[w + offset] = self.residence.actor(*self._seat(w), self._bundle(), nodes[w])
+        for rank in ranks:
             warm_processes.kill(self.actors[rank - offset])
-            self.actors[rank - offset] = actor
+            self.actors[rank - offset] = newcomers[rank]
         logger.warning("raysgd: rank(s) %s taken by %d warm spare(s) and %d new process(es); "
                        "the other ranks keep their processes and the process group re-forms",
-                       ranks, len(taken), len(fresh))
+                       ranks, len(assigned), len(workers))
         self._get([a.release.remote() for a in self.actors], offset=offset)
-        for rank, spare in zip(ranks, taken):
+        for rank, spare in assigned.items():
             # A spare holds no GPU: it takes the dead rank's, which the bundle still reserves
             # (after release(), which puts the environment back as it found it).
             spare.actor.use_devices.remote(self._devices[rank])
@@ -89,6 +90,20 @@ class Rejoin:
             infos.append(self._local_info())
         infos += self._get([a.node_info.remote() for a in self.actors], offset=offset)
         return self._set_up(infos)
+
+    def _assign_spares(self, ranks: List[int], alive: set) -> Dict[int, Any]:
+        """``{rank: spare}`` for the ranks spares can take (spares on live nodes that are not
+        draining). A GPU spare uses the dead rank's device, so it takes only a rank of its
+        own node."""
+        usable = [spare for spare in self.spares if spare.node in alive]
+        if not self.residence.keeps_group:
+            return dict(zip(ranks, warm_processes.usable_spares(usable, len(ranks))))
+        assigned: Dict[int, Any] = {}
+        for rank in ranks:
+            here = [spare for spare in usable if spare.node == self._nodes[rank]
+                    and spare not in assigned.values()]
+            assigned.update(zip([rank], warm_processes.usable_spares(here, 1)))
+        return assigned
 
     def _await_seats(self, workers: List[int]) -> None:
         """Wait until Ray placed the bundles of ``workers`` anew after their node died (at
