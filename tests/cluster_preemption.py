@@ -1,10 +1,11 @@
 """Run by test_fault_tolerance in its own process: a preemption notice and a lost node.
 
 A head without CPUs (the driver's) and two nodes of 2 CPUs; two 1-CPU workers share one
-of them. An unfaulted run first gives the reference weights. Then the same run again:
-early in its second epoch the workers' node is drained with Ray's command line (reason
-preemption, a deadline of ``DEADLINE_S``), as KubeRay and the autoscaler do, and removed
-at its deadline. Then, with a node added back, a run with its workers on two nodes
+of them. Every run makes the same calls (``CALLS``): an epoch, a long call of three
+epochs' steps, an epoch. An unfaulted run first gives the reference weights. Then the
+same run again: at the start of the long call the workers' node is drained with Ray's
+command line (reason preemption, a deadline of ``DEADLINE_S``), as KubeRay and the
+autoscaler do, and removed at its deadline; the notice lands well inside that call. Then, with a node added back, a run with its workers on two nodes
 (``SPREAD``) loses rank 1's node mid-epoch: the survivor stays and rank 1 restarts where
 Ray places its bundle anew. Prints one JSON line with what it saw.
 """
@@ -26,15 +27,17 @@ from operators_for_tests import FaultyOperator  # noqa: E402
 from raysgd import TorchTrainer, release_idle_workers  # noqa: E402
 from raysgd.utils import BATCH_SIZE  # noqa: E402
 
-EPOCHS = 6
-DEADLINE_S = 8
+STEPS = 32  # per epoch
+CALLS = (None, 3 * STEPS, None)  # train(num_steps=...) of each call
+DEADLINE_S = 6
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def make(pid_dir, **kwargs):
     return TorchTrainer(training_operator_cls=FaultyOperator, num_workers=2, use_gpu=False,
                         checkpoint_every_n_steps=3,
-                        config={BATCH_SIZE: 32, "pid_dir": pid_dir, "sleep_s": 0.15}, **kwargs)
+                        config={BATCH_SIZE: 32, "data_size": 32 * STEPS, "pid_dir": pid_dir,
+                                "sleep_s": 0.1}, **kwargs)
 
 
 def weights(trainer):
@@ -87,23 +90,23 @@ def main(tmp):
     logging.getLogger("raysgd").addHandler(messages)
 
     reference = make(os.path.join(tmp, "ref"))
-    ref_epochs = [reference.train()["epoch"] for _ in range(EPOCHS)]
+    ref_epochs = [reference.train(num_steps=steps)["epoch"] for steps in CALLS]
     ref_weights = weights(reference)
     reference.shutdown()
     release_idle_workers()
 
     os.makedirs(os.path.join(tmp, "run"))
     trainer = make(os.path.join(tmp, "run"))
-    epochs = [trainer.train()["epoch"]]  # 16 steps an epoch
+    epochs = [trainer.train(num_steps=CALLS[0])["epoch"]]
     before, = node_of_ranks(trainer)
     node = next(n for n in nodes if n.node_id == before)
     seen = {}
     thread = threading.Thread(target=drain_then_remove,
-                              args=(cluster, node, os.path.join(tmp, "run"), 17, seen))
+                              args=(cluster, node, os.path.join(tmp, "run"), STEPS + 1, seen))
     thread.start()
-    epochs += [trainer.train()["epoch"] for _ in range(EPOCHS - 2)]
+    epochs.append(trainer.train(num_steps=CALLS[1])["epoch"])
     thread.join()
-    epochs.append(trainer.train()["epoch"])  # the last one after the node is gone
+    epochs.append(trainer.train(num_steps=CALLS[2])["epoch"])  # after the node is gone
     stats = vars(trainer.recovery_stats).copy()
     stats.pop("resizes")
     result = {"epochs": epochs, "ref_epochs": ref_epochs, "stats": stats, **seen,
@@ -125,20 +128,20 @@ def lose_a_node(cluster, pid_dir, ref_weights):
     """Rank 1's node removed mid-epoch while another node has room for its bundle."""
     os.makedirs(pid_dir)
     trainer = make(pid_dir, placement_strategy="SPREAD")
-    trainer.train()
+    trainer.train(num_steps=CALLS[0])
     before = trainer.apply_all_workers(lambda: (os.getpid(),
                                                 ray.get_runtime_context().get_node_id()))
     node = next(n for n in cluster.list_all_nodes() if n.node_id == before[1][1])
 
     def remove_mid_epoch():
-        while step_of(pid_dir) < 24:
+        while step_of(pid_dir) < STEPS + STEPS // 2:
             time.sleep(0.01)
         cluster.remove_node(node)
 
     remover = threading.Thread(target=remove_mid_epoch)
     remover.start()
-    for _ in range(EPOCHS - 1):
-        trainer.train()
+    for steps in CALLS[1:]:
+        trainer.train(num_steps=steps)
     remover.join()
     after = trainer.apply_all_workers(lambda: (os.getpid(),
                                                ray.get_runtime_context().get_node_id()))
