@@ -52,7 +52,8 @@ def run(cpus_per_worker: int) -> dict:
     time.sleep(0.5)
     seen["loss"] = trainer.train()["train_loss"]
     seen.update(before=before, after=trainer.apply_all_workers(view),
-                stats=vars(trainer.recovery_stats).copy())
+                stats=vars(trainer.recovery_stats).copy(),
+                devices_after=trainer._supervisor.group._devices)
     seen["stats"].pop("resizes")
     trainer.shutdown()
     release_idle_workers()  # an idle GPU crew keeps its GPUs

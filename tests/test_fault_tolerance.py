@@ -240,8 +240,10 @@ def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_clu
         assert after[1]["pid"] != before[1]["pid"]
         assert after[1]["visible"] == before[1]["visible"]  # the dead rank's device
         assert run["stats"]["failures"] == 1 and run["stats"]["recoveries"] == 1
-    assert after[1]["pid"] != roomy["spare"]["pid"]
+    assert full["after"][1]["pid"] != roomy["spare"]["pid"]
     assert roomy["after"][1]["pid"] == roomy["spare"]["pid"]  # the spare took the rank
+    # The group still knows rank 1's device, for the next spare should it die again.
+    assert roomy["devices_after"] == [before["ray_gpus"] for before in roomy["before"]]
     assert roomy["after"][1]["ray_gpus"] == []  # still holding no GPU of its own
     # Every CPU reserved: no spare; a new process in rank 1's bundle, holding its GPU.
     assert full["spares"] == 0 and full["after"][1]["ray_gpus"] == full["before"][1]["ray_gpus"]

@@ -54,6 +54,9 @@ class FakeGroup:
         self.stop_asked += 1
         return 5
 
+    def movable(self, ranks):
+        return not self.world.unmovable
+
     def replace(self, ranks, avoid, placement_timeout_s):
         if self.world.no_room:
             raise ResourcesUnavailableError("no room")
@@ -76,8 +79,8 @@ class FakeGroup:
 
 
 class World:
-    def __init__(self, draining, no_room=False, drain_in_call=None):
-        self.draining, self.no_room = draining, no_room
+    def __init__(self, draining, no_room=False, drain_in_call=None, unmovable=False):
+        self.draining, self.no_room, self.unmovable = draining, no_room, unmovable
         self.drain_in_call = drain_in_call or {}  # drains that appear once a call runs
         self.calls, self.refill_avoid, self.groups = [], [], []
 
@@ -88,8 +91,8 @@ class World:
 
 def supervisor(world):
     policy = RecoveryPolicy(FailureConfig(backoff_base_s=0, jitter=0), 2, rng=random.Random(0))
-    sup = Supervisor(world.make_group, 2, policy, timeout_s=60)
-    sup.drains = DrainWatch(lambda: dict(world.draining), every_s=0.0)
+    sup = Supervisor(world.make_group, 2, policy, timeout_s=60,
+                     drains=DrainWatch(lambda: dict(world.draining), every_s=0.0))
     sup.start()
     return sup
 
@@ -127,3 +130,24 @@ def test_without_room_elsewhere_the_ranks_train_on_and_are_not_stopped_again():
     sup.train(None, False, None, None)
     assert group.stop_asked == 1  # the node is not acted on again
     assert sup.stats.preemptions == 0 and sup.stats.failures == 0
+
+
+def test_ranks_that_may_not_move_train_on_without_a_move():
+    world = World({}, unmovable=True, drain_in_call={"a": 0})
+    sup = supervisor(world)
+    group = world.groups[0]
+    sup.train(None, False, None, None)
+    assert group.replaced == [] and group.restored == [5]
+    assert sup.stats.preemptions == 0 and sup.stats.handover_times_s == []
+
+
+def test_a_drain_that_ends_and_comes_again_is_acted_on_again():
+    world = World({}, no_room=True, drain_in_call={"a": 0})
+    sup = supervisor(world)
+    group = world.groups[0]
+    sup.train(None, False, None, None)
+    world.draining, world.drain_in_call, world.no_room = {}, {}, False
+    sup.train(None, False, None, None)  # the drain was cancelled
+    world.draining = {"a": 0}
+    sup.train(None, False, None, None)
+    assert group.replaced == [([0, 1], {"a"})] and sup.stats.preemptions == 1

@@ -3,24 +3,32 @@ driver's drain watch (raysgd.driver.preemption), without Ray."""
 import threading
 import time
 
+import pytest
+
 from raysgd.driver.preemption import DrainWatch, ranks_on, seconds_left
-from raysgd.worker.stop_point import StopPoint
+from raysgd.worker.stop_point import NoWordError, StopPoint
+
+
+def opened(at=0, **kwargs):
+    point = StopPoint(**kwargs)
+    point.open(at)
+    return point
 
 
 def test_a_rank_accepts_only_a_boundary_it_has_not_passed():
-    point = StopPoint()
+    point = opened()
     for step in range(5):
         assert not point.at_boundary(step)
-    assert point.propose(4) == {"accepted": False, "passed": 4}
-    assert point.propose(6) == {"accepted": True, "passed": 4}
+    assert point.propose(4) == {"accepted": False, "passed": 4, "ended": False}
+    assert point.propose(6) == {"accepted": True, "passed": 4, "ended": False}
     assert point.confirm(6)
     assert not point.at_boundary(5)
     assert point.at_boundary(6)  # stops here
-    assert not point.at_boundary(6)  # once: the stop is used up
+    assert point.propose(9)["ended"]  # the stop ended the call
 
 
 def test_a_rank_at_an_open_proposal_waits_for_the_word_and_a_later_proposal_releases_it():
-    point = StopPoint()
+    point = opened()
     point.at_boundary(0)
     assert point.propose(1)["accepted"]
     seen = []
@@ -36,7 +44,7 @@ def test_a_rank_at_an_open_proposal_waits_for_the_word_and_a_later_proposal_rele
 
 
 def test_the_confirmation_releases_a_waiting_rank_into_its_stop():
-    point = StopPoint()
+    point = opened()
     point.propose(3)
     seen = []
     rank = threading.Thread(target=lambda: seen.append(point.at_boundary(3)))
@@ -47,24 +55,25 @@ def test_the_confirmation_releases_a_waiting_rank_into_its_stop():
     assert seen == [True]
 
 
-def test_a_proposal_lapses_without_the_word_and_confirming_it_then_fails():
-    point = StopPoint(decide_wait_s=0.05)
+def test_a_rank_without_the_word_raises_rather_than_train_on_alone():
+    point = opened(decide_wait_s=0.05)
     point.propose(1)
-    assert not point.at_boundary(1)  # no word in time: trains on
-    assert not point.confirm(1)
-    point.propose(7)
+    with pytest.raises(NoWordError, match="step 1"):
+        point.at_boundary(1)
+
+
+def test_a_call_that_ended_refuses_proposals_and_leaves_nothing_armed():
+    point = opened()
+    point.at_boundary(0)
+    assert point.propose(5)["accepted"]
+    point.close()  # the call ended before step 5
+    assert not point.confirm(5)
+    assert point.propose(7) == {"accepted": False, "passed": 0, "ended": True}
+    point.open(10)  # the next call: nothing of the old proposal is left
+    assert not point.at_boundary(10) and not point.confirm(5)
+    assert point.propose(10) == {"accepted": False, "passed": 10, "ended": False}
     point.withdraw()
-    assert not point.confirm(7)
-
-
-def test_a_restore_moves_the_rank_back_and_closes_any_proposal():
-    point = StopPoint()
-    for step in range(10):
-        point.at_boundary(step)
-    point.propose(12)
-    point.reset(4)
-    assert not point.confirm(12)
-    assert point.propose(4)["accepted"]  # at the restored step, not yet passed
+    assert not point.at_boundary(11)
 
 
 def test_the_drain_watch_asks_at_most_once_a_second_unless_forced():

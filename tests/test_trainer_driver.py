@@ -259,7 +259,8 @@ def test_a_worker_failure_restarts_the_group_and_restores_the_commit():
 def test_spares_take_a_dead_rank_in_place_and_the_group_stays(monkeypatch):
     trainer, first = make(config={BATCH_SIZE: 64})
     monkeypatch.setattr(first, "can_replace", lambda ranks: list(ranks) == [1], raising=False)
-    monkeypatch.setattr(first, "replace", lambda ranks: first.calls.append(("replace", ranks))
+    monkeypatch.setattr(first, "replace",
+                        lambda ranks, avoid=(): first.calls.append(("replace", ranks))
                         or [dict(first.capabilities)] * 2, raising=False)
     ok = [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2
     FakeWorkerGroup.train_script[:] = [died(1), ok]
@@ -274,7 +275,7 @@ def test_spares_take_a_dead_rank_in_place_and_the_group_stays(monkeypatch):
 def test_a_failed_replacement_falls_back_to_a_new_group_in_the_same_attempt(monkeypatch):
     trainer, first = make(config={BATCH_SIZE: 64})
 
-    def broken_replace(ranks):
+    def broken_replace(ranks, avoid=()):
         raise RuntimeError("the spare's operator setup raised")
 
     monkeypatch.setattr(first, "can_replace", lambda ranks: True, raising=False)

@@ -28,7 +28,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from raysgd.driver import placement
-from raysgd.errors import ResourcesUnavailableError
+from raysgd.errors import ResourcesUnavailableError, WorkerFailedError
 
 logger = logging.getLogger("raysgd")
 
@@ -69,16 +69,19 @@ def seconds_left(deadline_ms: int, now: Optional[float] = None) -> Optional[floa
 
 class Preemption:
     """The supervisor's part (module docstring). Needs ``self.group``, ``self.stats``,
-    ``self._restore``, ``self._relaunch``, ``self._moved`` and ``self.policy``."""
+    ``self.commit``, ``self.policy``, ``self._restore``, ``self._relaunch`` and
+    ``self._recover``."""
 
     def _init_preemption(self, drains: Optional[DrainWatch] = None) -> None:
         self.drains = drains or DrainWatch()
         self._stopping = False  # a stop was agreed in the running call
+        self._next_try = 0.0  # no new agreement before this (monotonic) after one failed
         self._declined: set = set()  # draining nodes whose ranks found no room elsewhere
         self._noticed_at: Optional[float] = None  # wall time of the notice being handled
 
     def _moving_ranks(self, force: bool = False) -> List[int]:
         draining = self.drains.check(force)
+        self._declined &= set(draining)  # a drain that ended and comes again is new
         acting = {node: deadline for node, deadline in draining.items()
                   if node not in self._declined}
         if not acting:
@@ -87,18 +90,25 @@ class Preemption:
 
     def _watch_drains(self) -> None:
         """Every tick of a running ``train()``: a draining node holds ranks → stop there."""
-        if self._stopping or not self._moving_ranks():
+        if self._stopping or time.monotonic() < self._next_try or not self._moving_ranks():
             return
-        self._notice()
+        noticed = self._noticed_at or time.time()
         step = self.group.agree_stop()
-        if step is not None:
-            self._stopping = True
-            logger.warning("raysgd: stopping train() at step %d to move the ranks off "
-                           "draining node(s) %s", step, self._describe())
+        if step is None:  # the call is ending (or a rank failing): before the next call
+            self._next_try = time.monotonic() + self.drains.every_s
+            return
+        self._stopping, self._noticed_at = True, noticed
+        logger.warning("raysgd: stopping train() at step %d to move the ranks off "
+                       "draining node(s) %s", step, self._describe())
 
-    def _notice(self) -> None:
-        if self._noticed_at is None:
-            self._noticed_at = time.time()
+    def _hand_over_safely(self, stopped: bool = False) -> None:
+        """:meth:`_hand_over_if_draining`; a worker failure meanwhile (the node went before
+        its deadline, a newcomer died) is recovered like any other."""
+        try:
+            self._hand_over_if_draining(stopped)
+        except WorkerFailedError as failure:
+            self._noticed_at = None
+            self._recover(failure, 0)
 
     def _hand_over_if_draining(self, stopped: bool = False) -> None:
         """Before a call (the commit is current) and after a ``train()`` that ``stopped`` at
@@ -109,24 +119,24 @@ class Preemption:
         moving = self._moving_ranks(force=True)
         if self.drains.draining and self.group.spares_on(self.drains.draining):
             logger.info("raysgd: stopped the spare(s) on draining node(s) %s", self._describe())
+        if moving and not self.group.movable(moving):
+            self._decline(moving, "the ranks cannot move while the others stay (a Tune "
+                          "trial's reservation, or reuse_workers=False)")
+            moving = []
         if not moving:
-            if stopped:  # the drain ended meanwhile: resume in place
+            if stopped:  # nothing to move after all (the drain ended): resume in place
                 self._restore(self.group)
             return
-        self._notice()
+        noticed = self._noticed_at or time.time()
         logger.warning("raysgd: node(s) %s drain for preemption; moving rank(s) %s of %d at "
                        "the commit of step %d", self._describe(), moving,
                        self.group.num_workers, self.commit.step)
-        avoid = set(self.drains.draining)
         try:
-            self.capabilities = self.group.replace(moving, avoid, self._placement_time())
+            self.capabilities = self.group.replace(moving, set(self.drains.draining),
+                                                   self._placement_time())
             self._restore(self.group)
         except ResourcesUnavailableError as exc:  # no bundle placed: the group is as it was
-            self._declined.update(avoid)
-            self._noticed_at = None
-            logger.warning("raysgd: no room off the draining node(s) for rank(s) %s (%s); they "
-                           "train on there from the commit of step %d until the node goes",
-                           moving, exc, self.commit.step)
+            self._decline(moving, str(exc))
             if stopped:
                 self._restore(self.group)
             return
@@ -136,6 +146,16 @@ class Preemption:
                            self.commit.step)
             self._restart_off_draining()
         self.stats.preemptions += 1
+        self._noticed_at = noticed  # the next completed step closes the hand-over's time
+
+    def _decline(self, moving: List[int], why: str) -> None:
+        """The ranks train on where they are, from the commit just taken; the node is not
+        acted on again while it drains (when it goes, that is a lost node)."""
+        self._declined.update(self.drains.draining)
+        self._noticed_at = None
+        logger.warning("raysgd: rank(s) %s stay on draining node(s) %s: %s; they train on "
+                       "there from the commit of step %d until the node goes", moving,
+                       self._describe(), why, self.commit.step)
 
     def _restart_off_draining(self) -> None:
         """Every rank anew on the nodes that are not draining, at the commit; fewer when
@@ -163,6 +183,7 @@ class Preemption:
         return ", ".join(parts)
 
     def _note_handover_time(self, first_step_wall: Optional[float]) -> None:
+        """After a completed ``train()``: notice → its first step, when a hand-over ran."""
         if self._noticed_at is None:
             return
         self.stats.handover_times_s.append((first_step_wall or time.time()) - self._noticed_at)

@@ -45,6 +45,12 @@ class Rejoin:
         return bool(ranks) and not self.left_running and min(ranks) >= self._first_remote \
             and self.warm.reuse
 
+    def movable(self, ranks: Sequence[int]) -> bool:
+        """Whether ``ranks`` may leave a draining node with the others staying: as for dead
+        ranks, and the group placed its own bundles (a new one outside a Tune trial's
+        reservation would hold resources Tune does not count)."""
+        return self.can_replace(ranks) and self.reservation is None
+
     def replace(self, ranks: Sequence[int], avoid: Collection[str] = (),
                 placement_timeout_s: float = 5.0) -> List[Dict[str, Any]]:
         """Newcomers take the ``ranks``' places and every rank sets up again; the survivors
@@ -57,21 +63,23 @@ class Rejoin:
         offset, ranks = self._first_remote, list(ranks)
         alive = placement.alive_nodes() - set(avoid)
         assigned = self._assign_spares(ranks, alive)
-        for spare in assigned.values():
-            self.spares.remove(spare)
         workers = [rank - offset for rank in ranks if rank not in assigned]
-        bundle_nodes = self._worker_nodes()
+        newcomers = {rank: spare.actor for rank, spare in assigned.items()}
         try:
+            bundle_nodes = self._worker_nodes()
             self._reseat([w for w in workers if bundle_nodes[w] in avoid], placement_timeout_s)
             self._await_seats([w for w in workers if bundle_nodes[w] not in alive | set(avoid)])
+            nodes = self._worker_nodes()
+            for w in workers:
+                newcomers[w + offset] = self.residence.actor(*self._seat(w), self._bundle(),
+                                                             nodes[w])
         except BaseException:
-            for spare in assigned.values():  # neither a rank nor a spare any more
-                warm_processes.kill(spare.actor)
+            for actor in newcomers.values():  # neither a rank nor a spare: stop them
+                warm_processes.kill(actor)
             raise
-        nodes = self._worker_nodes()
-        newcomers = {rank: spare.actor for rank, spare in assigned.items()}
-        for w in workers:
-            newcomers[w + offset] = self.residence.actor(*self._seat(w), self._bundle(), nodes[w])
+        finally:
+            for spare in assigned.values():
+                self.spares.remove(spare)
         for rank in ranks:
             warm_processes.kill(self.actors[rank - offset])
             self.actors[rank - offset] = newcomers[rank]
@@ -124,9 +132,15 @@ class Rejoin:
     def _reseat(self, workers: List[int], timeout_s: float) -> None:
         """New bundles for remote ``workers`` leaving a draining node (Ray places nothing
         new there); the old ones go when the node does."""
-        if workers:
-            group = placement.reserve(self._bundle(), len(workers), timeout_s, "PACK")
-            self._moved_seats.update({worker: (group, k) for k, worker in enumerate(workers)})
+        if not workers:
+            return
+        group = placement.reserve(self._bundle(), len(workers), timeout_s, "PACK")
+        old = {id(g): g for g, _ in (self._moved_seats.get(w, (None, 0)) for w in workers) if g}
+        self._moved_seats.update({worker: (group, k) for k, worker in enumerate(workers)})
+        kept = {id(g) for g, _ in self._moved_seats.values()}
+        for key, left in old.items():  # a group none of whose workers sit in it any more
+            if key not in kept:
+                placement.release(left)
 
     def spares_on(self, nodes: Collection[str]) -> int:
         """Stop the spares on ``nodes`` (draining ones); how many there were. The next
@@ -162,8 +176,10 @@ class Rejoin:
 
     def _reserved_cpus(self) -> Dict[str, float]:
         """CPUs this group's bundles reserve on each node."""
-        reserved: Dict[str, float] = {}
         per_worker = float(self.settings.num_cpus_per_worker)
-        for node in self._worker_nodes():
+        # A rank 0 in the driver (use_local) reserves nothing but trains on its node's CPUs.
+        nodes = self._worker_nodes() + self._nodes[:self._first_remote]
+        reserved: Dict[str, float] = {}
+        for node in nodes:
             reserved[node] = reserved.get(node, 0.0) + per_worker
         return reserved

@@ -28,24 +28,35 @@ class Stopping:
 
     def agree_stop(self) -> Optional[int]:
         """Make every rank stop its ``train()`` call at one step boundary and return that
-        step, or None when the ranks could not agree (a rank died, or its call ended)."""
+        step, or None when there is none to agree on (a rank's call ended or has not begun,
+        a rank died: the caller tries again later, or the call's end or failure handles
+        it). Once every rank accepted a step the stop is decided and only confirmed."""
         try:
             target = 1 + max(report["steps"] for report in self._each("progress_report"))
             for _ in range(ROUNDS):
                 answers = self._each("propose", target)
+                if any(answer["ended"] for answer in answers):
+                    break  # the call ends on every rank anyway (or has yet to begin)
                 if all(answer["accepted"] for answer in answers):
-                    if all(self._each("confirm", target)):
-                        return target
-                    target += 1  # a rank's proposal lapsed before the word came
-                else:
-                    target = max(target, 1 + max(a["passed"] for a in answers))
+                    return target if self._confirm(target) else None
+                target = max(target, 1 + max(a["passed"] for a in answers))
         except (RayError, GetTimeoutError) as exc:
             logger.warning("raysgd: the ranks could not agree on a step to stop at: %r", exc)
         try:
             self._each("withdraw")
         except (RayError, GetTimeoutError):
-            pass
+            pass  # a rank that cannot be told is failing: the call reports it
         return None
+
+    def _confirm(self, target: int) -> bool:
+        """Tell every rank the decided step. A rank that does not hear it in time raises at
+        the boundary (the call then fails and is recovered), so no rank trains on alone.
+        False when the calls ended before the step (every rank's: they are as long)."""
+        try:
+            return all(self._each("confirm", target))
+        except (RayError, GetTimeoutError) as exc:
+            logger.warning("raysgd: a rank did not hear the step to stop at (%r)", exc)
+            return True
 
     def _each(self, action: str, *step: int) -> List[Any]:
         """``action`` on every rank's stop point (``progress_report``: its progress)."""

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
-from raysgd.driver.preemption import Preemption
+from raysgd.driver.preemption import DrainWatch, Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
 from raysgd.driver.replicas import lost_objects
@@ -63,7 +63,8 @@ class RecoveryStats:
 class Supervisor(Preemption):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
-                 on_commit: Optional[Callable[[Commit, bool], None]] = None):
+                 on_commit: Optional[Callable[[Commit, bool], None]] = None,
+                 drains: Optional[DrainWatch] = None):
         self.make_group = make_group
         # Told of every new commit (and whether it was taken inside a train() call).
         self.on_commit = on_commit or (lambda commit, in_epoch: None)
@@ -79,7 +80,7 @@ class Supervisor(Preemption):
         # landed yet (only groups whose copies cross nodes keep one).
         self._fallback: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
-        self._init_preemption()
+        self._init_preemption(drains)  # Ray's draining nodes (a test passes its own)
 
     def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
         """Start the workers, at ``resume_from`` = (step, epochs done, snapshot dicts) if given.
@@ -113,9 +114,10 @@ class Supervisor(Preemption):
               max_retries: Optional[int], progress: Any = NULL_PROGRESS) -> List[dict]:
         self.policy.start_call(max_retries)
         self._scale_up()
-        self._hand_over_if_draining()
+        self._hand_over_safely()
         remaining, resume = num_steps, False
         while True:
+            self._stopping = False  # a stop agreed before a failure is void after it
             watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit,
                                      on_progress=progress.update, on_tick=self._watch_drains)
             try:
@@ -132,7 +134,7 @@ class Supervisor(Preemption):
                     break
                 # Every rank stopped at the agreed step: move the draining node's ranks.
                 self._moved(commit, in_epoch=True)
-                self._hand_over_if_draining(stopped=True)
+                self._hand_over_safely(stopped=True)
             remaining = None if num_steps is None else num_steps - self.commit.call_done
             resume = self.commit.call_done > 0
         self._moved(commit, in_epoch=False)
@@ -146,7 +148,7 @@ class Supervisor(Preemption):
         """Any other call (on ``rank`` only, if given), recovered and retried after a
         worker failure; a state-changing call is committed after it ran."""
         self.policy.start_call()
-        self._hand_over_if_draining()
+        self._hand_over_safely()
         while True:
             watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
                 if watched else None
@@ -238,7 +240,7 @@ class Supervisor(Preemption):
         """Newcomers take the ``dead`` ranks' places, the survivors stay; every rank loads
         the commit. False (the group is then stopped) when that fails."""
         try:
-            capabilities = self.group.replace(dead)
+            capabilities = self.group.replace(dead, avoid=self.drains.draining)
             self._restore(self.group)
         except Exception as exc:  # noqa: BLE001 - a half re-formed group must not train on:
             # the full restart below sets every rank up anew (and raises a user error again)

@@ -71,8 +71,10 @@ class InBundles:
         # A spare holds no GPU while idle and starts no CUDA while warming; when it takes a
         # rank it uses the dead rank's device, which the rank's bundle still reserves
         # (_WorkerActor.use_devices).
+        # On its node exactly: it can only take a rank there (the device ids are the node's).
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
         return RemoteWorker.options(num_cpus=0, num_gpus=0,
-                                    scheduling_strategy=_near(node)).remote(True)
+                                    scheduling_strategy=strategy).remote(True)
 
 
 def residence(settings: WorkerSettings):

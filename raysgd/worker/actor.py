@@ -28,6 +28,7 @@ class _WorkerActor:
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
         self.baseline: Optional[Baseline] = None  # taken before any user code runs here
+        self.devices: list = []  # a former spare's device ids, taken from a dead rank
         if not spare:  # a spare takes it in warm() (torch comes with it)
             self._capture_baseline()
 
@@ -52,13 +53,17 @@ class _WorkerActor:
         """A spare taking a GPU rank: see the dead rank's devices (``ids``, Ray's accelerator
         ids, which the rank's bundle still reserves). Ray shows an actor holding no GPU
         none; CUDA reads this when first used, which a spare never did while warming."""
-        if ids:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in ids)
+        self.devices = [str(i) for i in ids]
+        self._show_devices()
+
+    def _show_devices(self) -> None:
+        if self.devices:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
 
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "host": ray.util.get_node_ip_address(), "pid": os.getpid(),
-                "devices": [str(i) for i in ray.get_gpu_ids()]}
+                "devices": self.devices or [str(i) for i in ray.get_gpu_ids()]}
 
     def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
         self.rank = runner_kwargs["rank"].world_rank
@@ -80,6 +85,7 @@ class _WorkerActor:
         self.rank = -1
         if self.baseline is not None:
             self.baseline.restore()
+        self._show_devices()  # the baseline predates the device a former spare took
         return True
 
     def execute(self, method: str, *args, **kwargs) -> Any:
@@ -110,7 +116,8 @@ class _WorkerActor:
     def stop_point(self, action: str, *step: int) -> Any:
         runner = self.runner  # release() may clear it meanwhile
         if runner is None:
-            return {"accepted": False, "passed": -1} if action == "propose" else False
+            return {"accepted": False, "passed": -1, "ended": True} if action == "propose" \
+                else False
         return getattr(runner.stop_point, action)(*step)
 
     # The driver's standing request for the next in-epoch commit: answered

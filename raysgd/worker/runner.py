@@ -198,6 +198,7 @@ class WorkerRunner:
                          info: Optional[dict] = None, resume: bool = False):
         """``train_epoch`` and the commit of its end state, returned together; or, when the
         ranks agreed to stop at a step (``stop_point``), that step's commit (``stopped``)."""
+        self.stop_point.open(self._passes.steps)
         try:
             metrics = self.train_epoch(num_steps, profile, info, resume)
         except StopHere as stop:
@@ -205,7 +206,8 @@ class WorkerRunner:
             return {"step": snap["step"], "call_done": snap["call_done"], "stopped": True,
                     "epochs_done": snap["epochs_done"], "metrics": None,
                     "first_step_wall": self.first_step_wall}, snap
-        self.stop_point.withdraw()
+        finally:
+            self.stop_point.close()
         header, snap = self.snapshot_pair()
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
 
@@ -331,7 +333,7 @@ class WorkerRunner:
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
         self._handoff.clear()
-        self.stop_point.reset(self._passes.steps)
+        self.stop_point.close()
         return restarted
 
     def next_commit(self, after: int, wait_s: float = 0.0,
