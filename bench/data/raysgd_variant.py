@@ -10,7 +10,13 @@ shuffling ``DataLoader`` over the same arrays; raysgd adds a
 
 One ``trainer.train()`` per epoch, timed here on the driver: the first epoch is
 warm-up (launch → its end is reported), the rest give the steady figure.
+
+Ray is told the machine's real core count (``--num-cpus``, default ``os.cpu_count()``, at
+least the workers' CPUs), as a node declares it: raysgd keeps its default spare only on a
+node with a CPU the workers did not reserve.
 """
+import os
+
 import ray
 
 from raysgd import TorchTrainer
@@ -26,7 +32,11 @@ def _extra(parser) -> None:
     parser.add_argument("--input", choices=("raydata", "loader"), required=True)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--spare-workers", type=int, default=None,
-                        help="TorchTrainer(spare_workers=...); the default keeps one spare")
+                        help="TorchTrainer(spare_workers=...); default: raysgd's (one spare "
+                             "where a CPU is free)")
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="ray.init(num_cpus=...) (default: this machine's cores, at least "
+                             "the workers' CPUs)")
     parser.add_argument("--blocks", type=int, default=NUM_BLOCKS,
                         help="blocks of the in-memory dataset (--input raydata)")
 
@@ -52,7 +62,8 @@ def main() -> None:
     set_threads(args.threads)
     workload = get_workload(args.workload, args.mode)
     clock = EpochClock(workload)
-    ray.init(address="local", num_cpus=4, include_dashboard=False)  # never a `ray start` cluster
+    cpus = args.num_cpus or max(os.cpu_count() or 1, args.num_workers * args.threads)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False)  # never a `ray start` one
     try:
         trainer = TorchTrainer(num_workers=args.num_workers, use_gpu=False,
                                num_cpus_per_worker=args.threads,
