@@ -23,7 +23,7 @@ os.environ["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from operators_for_tests import FaultyOperator  # noqa: E402
+from operators_for_tests import FaultyOperator, read_step  # noqa: E402
 from raysgd import TorchTrainer, release_idle_workers  # noqa: E402
 from raysgd.utils import BATCH_SIZE  # noqa: E402
 
@@ -49,26 +49,18 @@ def node_of_ranks(trainer):
         lambda: ray.get_runtime_context().get_node_id())))
 
 
-def step_of(pid_dir):
-    try:
-        with open(os.path.join(pid_dir, "step")) as handle:
-            return int(handle.read())
-    except (FileNotFoundError, ValueError):
-        return -1
-
-
 def drain_then_remove(cluster, node, pid_dir, at_step, seen):
     """Drain ``node`` once rank 0 reached ``at_step``; remove it at its deadline."""
-    while step_of(pid_dir) < at_step:
+    while read_step(pid_dir) < at_step:
         time.sleep(0.01)
-    seen["drained_at_step"] = step_of(pid_dir)
+    seen["drained_at_step"] = read_step(pid_dir)
     subprocess.run([RAY_CLI, "drain-node", "--address", cluster.address,
                     "--node-id", node.node_id, "--reason", "DRAIN_NODE_REASON_PREEMPTION",
                     "--reason-message", "spot preemption (test)",
                     "--deadline-remaining-seconds", str(DEADLINE_S)], check=True)
-    seen["drain_done_at_step"] = step_of(pid_dir)
+    seen["drain_done_at_step"] = read_step(pid_dir)
     time.sleep(DEADLINE_S)
-    seen["removed_at_step"] = step_of(pid_dir)
+    seen["removed_at_step"] = read_step(pid_dir)
     cluster.remove_node(node)
 
 
@@ -134,7 +126,7 @@ def lose_a_node(cluster, pid_dir, ref_weights):
     node = next(n for n in cluster.list_all_nodes() if n.node_id == before[1][1])
 
     def remove_mid_epoch():
-        while step_of(pid_dir) < STEPS + STEPS // 2:
+        while read_step(pid_dir) < STEPS + STEPS // 2:
             time.sleep(0.01)
         cluster.remove_node(node)
 

@@ -20,6 +20,15 @@ def record_pid(config, rank):
             handle.write(str(os.getpid()))
 
 
+def read_step(pid_dir):
+    """The step rank 0 recorded last in ``pid_dir`` (``record_step``), or -1."""
+    try:
+        with open(os.path.join(pid_dir, "step")) as handle:
+            return int(handle.read())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
 def record_step(config, rank, step):
     """With ``config['pid_dir']``, rank 0 writes the step it is at to ``<pid_dir>/step``
     (atomically), so a test can kill at a chosen step."""

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from operators_for_tests import FailingOperator, FaultyOperator
+from operators_for_tests import FailingOperator, FaultyOperator, read_step
 from raysgd import TorchTrainer
 from raysgd.utils import BATCH_SIZE
 
@@ -28,19 +28,11 @@ def weights(trainer):
     return [p.detach().clone() for p in trainer.get_model().parameters()]
 
 
-def step_of(pid_dir):
-    try:
-        with open(os.path.join(pid_dir, "step")) as handle:
-            return int(handle.read())
-    except (FileNotFoundError, ValueError):
-        return -1
-
-
 def kill_at_step(pid_dir, rank, step):
     """From a test thread: SIGKILL ``rank`` once rank 0 reached ``step``."""
     def run():
         deadline = time.monotonic() + 120
-        while step_of(pid_dir) < step and time.monotonic() < deadline:
+        while read_step(pid_dir) < step and time.monotonic() < deadline:
             time.sleep(0.005)
         kill_rank(pid_dir, rank)
 
@@ -128,7 +120,7 @@ def test_soak_20_kills_at_random_steps(reference, ray_cpus, tmp_path):
 
     def killer():
         while len(kills) < 20 and not done.is_set():
-            target = max(step_of(tmp_path), 0) + rng.randrange(1, 12)  # a random later step
+            target = max(read_step(tmp_path), 0) + rng.randrange(1, 12)  # a random later step
             kill_at_step(tmp_path, rng.randrange(2), target).join()
             kills.append(target)
             while trainer.recovery_stats.recoveries < len(kills) and not done.is_set():

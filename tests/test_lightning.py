@@ -22,6 +22,7 @@ pl = pytest.importorskip("pytorch_lightning",
                          reason="Lightning tests need pytorch_lightning (pip install raysgd[lightning])")
 torchmetrics = pytest.importorskip("torchmetrics")  # a dependency of pytorch_lightning
 
+from operators_for_tests import read_step  # noqa: E402
 from raysgd import TorchTrainer, TrainingOperator  # noqa: E402
 from raysgd.errors import ConfigError  # noqa: E402
 from raysgd.lightning.errors import TrainerAttributeError  # noqa: E402
@@ -396,14 +397,6 @@ def test_validate_without_validation_step_is_refused_in_lightnings_terms(trainer
                                           r"validate\(\).*ValLoaderNoStep"):
         trainer.validate()
     assert trainer.train()["num_samples"] == 256  # still usable
-
-
-def read_step(pid_dir):
-    try:
-        with open(os.path.join(pid_dir, "step")) as handle:
-            return int(handle.read())
-    except (FileNotFoundError, ValueError):
-        return -1
 
 
 @pytest.mark.slow

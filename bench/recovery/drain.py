@@ -86,6 +86,21 @@ class Drainer(threading.Thread):
         self.removed_time = time.time()
 
 
+def notice_figures(drainer: Drainer, records: List[Record], t0: float, plan: Dict[str, int]
+                   ) -> Dict[str, Any]:
+    """A preemption run's figures: the notice, the step log's reading of it and ``plan``
+    (``notice_step``, ``expected_final_step``, ``deadline_s``)."""
+    figures = {**plan, "noticed_at_step": drainer.step_at_notice,
+               "kill_error": drainer.error or (None if drainer.removed_time else
+                                               "training ended before the deadline"),
+               "first_step_s": records[0][1] - t0 if records else None,
+               "final_step": records[-1][0] if records else None,
+               "restarts": len({pid for _, _, pid in records}) - 1}
+    if drainer.notice_time is not None:
+        figures.update(analyse_notice(records, drainer.notice_time))
+    return figures
+
+
 def analyse_notice(records: List[Record], notice_time: float) -> Dict[str, Optional[float]]:
     """Notice → the first step of another rank-0 process (the ranks moved or restarted),
     and the steps trained before that but re-run after it."""

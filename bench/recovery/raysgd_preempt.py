@@ -17,7 +17,7 @@ from raysgd.utils import BATCH_SIZE
 
 from bench.child import emit
 from bench.recovery import RECOVERY_MODE, start_kill_run
-from bench.recovery.drain import Drainer, analyse_notice, preempt_plan, start_cluster
+from bench.recovery.drain import Drainer, notice_figures, preempt_plan, start_cluster
 from bench.recovery.step_operator import StepLogOperator
 from bench.recovery.steplog import read_log
 
@@ -48,18 +48,12 @@ def main() -> None:
         cluster.shutdown()
     records = read_log(step_dir)
     shutil.rmtree(step_dir, ignore_errors=True)
-    figures = {"notice_step": notice_step, "noticed_at_step": drainer.step_at_notice,
-               "kill_error": drainer.error or (None if drainer.removed_time else
-                                               "training ended before the deadline"),
-               "first_step_s": records[0][1] - t0 if records else None,
-               "final_step": records[-1][0] if records else None,
-               "expected_final_step": epochs * steps_per_epoch, "deadline_s": deadline_s,
-               "preemptions": stats.preemptions, "failures": stats.failures,
-               "steps_lost_reported": stats.steps_lost,
-               "handover_reported_s": stats.handover_times_s[-1] if stats.handover_times_s
-               else None}
-    if drainer.notice_time is not None:
-        figures.update(analyse_notice(records, drainer.notice_time))
+    figures = notice_figures(drainer, records, t0, {
+        "notice_step": notice_step, "expected_final_step": epochs * steps_per_epoch,
+        "deadline_s": deadline_s})
+    figures.update(preemptions=stats.preemptions, failures=stats.failures,
+                   steps_lost_reported=stats.steps_lost,
+                   handover_reported_s=(stats.handover_times_s or [None])[-1])
     emit(figures)
 
 

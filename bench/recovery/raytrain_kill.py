@@ -38,6 +38,19 @@ def _extra(parser) -> None:
     parser.add_argument("--victim-rank", type=int, default=1)
 
 
+def load_checkpoint(model, optimizer) -> dict:
+    """Load ``ray.train.get_checkpoint()`` into ``model`` and ``optimizer``; its state (the
+    epoch or step it was saved at), or ``{}`` without one."""
+    checkpoint = ray.train.get_checkpoint()
+    if not checkpoint:
+        return {}
+    with checkpoint.as_directory() as directory:
+        state = torch.load(os.path.join(directory, STATE_FILE))
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state
+
+
 def train_loop_per_worker(config: dict) -> None:
     """The hand-written loop with per-epoch checkpoints and a restore at start."""
     set_threads(config["threads"])
@@ -47,14 +60,7 @@ def train_loop_per_worker(config: dict) -> None:
     log = StepLog(config["step_dir"], rank)
     model = workload.model()
     optimizer = workload.optimizer(model)
-    start_epoch = 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as directory:
-            state = torch.load(os.path.join(directory, STATE_FILE))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch = state["epoch"]
+    start_epoch = load_checkpoint(model, optimizer).get("epoch", 0)
     model = prepare_model(model)
     loader = prepare_data_loader(workload.loader(workload.batch_size // world))
     criterion = workload.criterion()

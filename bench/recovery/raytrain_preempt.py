@@ -21,11 +21,10 @@ from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 
 from bench.child import emit, set_threads
 from bench.recovery import RECOVERY_MODE, start_kill_run
-from bench.recovery.drain import Drainer, analyse_notice, preempt_plan, start_cluster
+from bench.recovery.drain import Drainer, notice_figures, preempt_plan, start_cluster
+from bench.recovery.raytrain_kill import STATE_FILE, load_checkpoint
 from bench.recovery.steplog import StepLog, read_log
 from bench.workloads import get_workload
-
-STATE_FILE = "state.pt"
 
 
 def _extra(parser) -> None:
@@ -48,15 +47,9 @@ def train_loop_per_worker(config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     log = StepLog(config["step_dir"], rank, ray.get_runtime_context().get_node_id())
-    model, step = workload.model(), 0
+    model = workload.model()
     optimizer = workload.optimizer(model)
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as directory:
-            state = torch.load(os.path.join(directory, STATE_FILE))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
+    step = load_checkpoint(model, optimizer).get("step", 0)
     model = prepare_model(model)
     loader = prepare_data_loader(workload.loader(workload.batch_size // world))
     criterion = workload.criterion()
@@ -105,15 +98,9 @@ def main() -> None:
         cluster.shutdown()
     records = read_log(step_dir)
     shutil.rmtree(storage, ignore_errors=True)
-    figures = {"notice_step": notice_step, "noticed_at_step": drainer.step_at_notice,
-               "kill_error": drainer.error or (None if drainer.removed_time else
-                                               "training ended before the deadline"),
-               "first_step_s": records[0][1] - t0 if records else None,
-               "final_step": records[-1][0] if records else None,
-               "expected_final_step": epochs * steps_per_epoch, "deadline_s": deadline_s,
-               "restarts": len({pid for _, _, pid in records}) - 1}
-    if drainer.notice_time is not None:
-        figures.update(analyse_notice(records, drainer.notice_time))
+    figures = notice_figures(drainer, records, t0, {
+        "notice_step": notice_step, "expected_final_step": epochs * steps_per_epoch,
+        "deadline_s": deadline_s})
     emit(figures)
 
 
