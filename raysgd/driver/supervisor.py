@@ -6,11 +6,13 @@ when the group starts, returned together with every ``train()`` result, and
 retaken after each call that changes state (``validate`` does not: it leaves
 even the RNGs alone). Inside ``train()`` the call's watch moves it forward
 every ``checkpoint_every_n_steps`` batches. On a recoverable failure newcomers
-(warm spares, else new processes for those ranks alone) take the dead ranks' places
-while the survivors keep theirs, when they can (not when a survivor is stuck inside
-the call or a node is lost); otherwise the supervisor tears the group down, asks the
-:class:`RecoveryPolicy` what to do and starts a new group. Either way every rank restores the commit
-and the call resumes from its step. A commit's copy to another node
+(warm spares, else new processes for those ranks alone, where Ray places a lost
+node's bundles anew) take the dead ranks' places while the survivors keep theirs,
+when they can (not when a survivor is stuck inside the call, or no node has room);
+otherwise the supervisor tears the group down, asks the :class:`RecoveryPolicy` what
+to do and starts a new group. Either way every rank restores the commit and the call
+resumes from its step. A node draining for preemption has its ranks moved before it
+goes, at an agreed step, losing none (``raysgd.driver.preemption``). A commit's copy to another node
 (``raysgd.driver.replicas``) lands in the background; until the next commit the
 one before it is kept, and restored instead when a lost node took the newest
 along before its copy landed.
