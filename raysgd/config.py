@@ -170,7 +170,7 @@ class WarmSettings:
 
     @classmethod
     def create(cls, reuse_workers: Any, spare_workers: Any, remote_workers: int,
-               use_gpu: bool, in_trial: bool = False) -> "WarmSettings":
+               in_trial: bool = False) -> "WarmSettings":
         if not isinstance(reuse_workers, bool):
             raise ConfigError(f"reuse_workers must be True or False, got {reuse_workers!r}.")
         if spare_workers is None:

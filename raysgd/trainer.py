@@ -114,7 +114,7 @@ class TorchTrainer:
             accumulate_steps=accumulate_steps, strategy=strategy,
             staged_disk=disk.staged(strategy))
         self._warm = WarmSettings.create(
-            reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0), use_gpu,
+            reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0),
             in_trial=_reservation is not None or placement.inside_placement_group())
         idle_timeout_s()  # a bad RAYSGD_IDLE_WORKER_TIMEOUT_S fails here, not at shutdown()
         failure_config = failure_config or FailureConfig(min_workers=min_workers)

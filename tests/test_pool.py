@@ -133,20 +133,20 @@ def test_a_crew_that_fails_to_stop_does_not_break_the_pool(caplog):
 def test_warm_settings_defaults_and_validation():
     # None: the default, one spare where a node has a CPU the group did not reserve
     # (raysgd.driver.spare_plan decides per node), on GPUs too: a spare holds no GPU.
-    assert WarmSettings.create(True, None, 2, use_gpu=False) == WarmSettings(True, None)
-    assert WarmSettings.create(True, None, 2, use_gpu=True).spares is None
-    assert WarmSettings.create(False, None, 0, use_gpu=False) == WarmSettings(False, 0)
-    assert WarmSettings.create(True, 3, 2, use_gpu=False).spares == 3
+    assert WarmSettings.create(True, None, 2) == WarmSettings(True, None)
+    assert WarmSettings.create(True, None, 2).spares is None
+    assert WarmSettings.create(False, None, 0) == WarmSettings(False, 0)
+    assert WarmSettings.create(True, 3, 2).spares == 3
     # Inside a Tune trial (or any placement group reserved for this process): none unless asked.
-    assert WarmSettings.create(True, None, 2, use_gpu=False, in_trial=True).spares == 0
-    assert WarmSettings.create(True, 1, 2, use_gpu=False, in_trial=True).spares == 1
+    assert WarmSettings.create(True, None, 2, in_trial=True).spares == 0
+    assert WarmSettings.create(True, 1, 2, in_trial=True).spares == 1
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(ConfigError, match="spare_workers must be"):
-            WarmSettings.create(True, bad, 2, use_gpu=False)
+            WarmSettings.create(True, bad, 2)
     with pytest.raises(ConfigError, match="reuse_workers must be True or False"):
-        WarmSettings.create("yes", None, 2, use_gpu=False)
+        WarmSettings.create("yes", None, 2)
     with pytest.raises(ConfigError, match="spare_workers=0"):
-        WarmSettings.create(True, 1, 0, use_gpu=False)
+        WarmSettings.create(True, 1, 0)
 
 
 def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monkeypatch):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
