@@ -78,6 +78,22 @@ def check_num_gpus_per_worker(value: Any) -> float:
     return float(value)
 
 
+def resolve_gpu(use_gpu: Any, per_worker: Any, num_workers: int, remote: int,
+                available: Any) -> bool:
+    """Whether to train on GPUs; ``available()`` counts the GPUs the workers would see."""
+    if use_gpu not in ("auto", True, False):
+        raise ConfigError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}.")
+    if use_gpu is False:
+        return False
+    gpus = available()
+    needed = remote * check_num_gpus_per_worker(per_worker) if remote else 1
+    if use_gpu is True and gpus < needed:
+        raise ConfigError(f"use_gpu=True needs {per_worker:g} GPU(s) per worker "
+                          f"({num_workers} workers), but the cluster has {gpus:g}. Pass "
+                          "use_gpu=False to train on CPUs.")
+    return gpus > 0
+
+
 def check_workers_per_host(workers_per_host: Any, strategy: str) -> str:
     """The placement strategy for ``num_workers_per_host``: hosts must differ (STRICT_SPREAD)."""
     if workers_per_host is None:

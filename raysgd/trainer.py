@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, WorkerSettings,
                            check_choices, check_commit_every, check_max_retries,
-                           check_global_batch, check_num_gpus_per_worker,
+                           check_global_batch, resolve_gpu,
                            check_num_steps, check_num_workers, check_placement_strategy,
                            check_removed_arguments, check_workers_per_host,
                            default_placement_timeout_s, default_timeout_s, resolve_backend)
@@ -32,6 +32,7 @@ from raysgd.operator import TrainingOperator
 from raysgd.recovery import FailureConfig
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import read_checkpoint
+from raysgd.storage.store import split_target
 from raysgd.strategy import check_strategy
 from raysgd.worker.metrics import reduce_worker_results
 
@@ -63,7 +64,7 @@ class TorchTrainer:
                  checkpoint_dir: Optional[str] = None, keep_checkpoints: Optional[int] = 3,
                  checkpoint_every_n_steps_to_disk: Optional[int] = None, resume: bool = True,
                  checkpoint_score_attr: Optional[str] = None, checkpoint_score_mode: str = "auto",
-                 loggers: Optional[List[Any]] = None,
+                 storage_filesystem: Any = None, loggers: Optional[List[Any]] = None,
                  reuse_workers: bool = True, spare_workers: Optional[int] = None,
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DatasetConfig] = None, strategy: Any = "ddp",
@@ -98,13 +99,16 @@ class TorchTrainer:
         self._workers_per_host = num_workers_per_host
         self._progress = make_progress(use_tqdm)
         timeout_s = default_timeout_s() if timeout_s is None else timeout_s
-        use_gpu = self._resolve_gpu(use_gpu, num_gpus_per_worker)
+        remote = self.num_workers - (1 if self.use_local else 0)
+        use_gpu = resolve_gpu(use_gpu, num_gpus_per_worker, self.num_workers, remote,
+                              lambda: self._group_cls.cluster_gpus() if remote else _local_gpus())
         commit_every = check_commit_every(checkpoint_every_n_steps)
         strategy = check_strategy(strategy, wrap_ddp, use_fp16, self.operator_cls)
         disk = DiskSettings.create(
             checkpoint_dir, keep_checkpoints, checkpoint_every_n_steps_to_disk, resume,
             checkpoint_score_attr, checkpoint_score_mode, commit_every,
-            in_process=self.use_local and self.num_workers == 1)
+            in_process=self.use_local and self.num_workers == 1, filesystem=storage_filesystem)
+        self._storage_filesystem = storage_filesystem
         self.settings = WorkerSettings(
             use_gpu=use_gpu, backend=resolve_backend(backend, use_gpu), wrap_ddp=wrap_ddp,
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
@@ -127,6 +131,7 @@ class TorchTrainer:
         # steps there) gets a commit after it, so a rollback keeps that change.
         self._validate_mutates = bool(getattr(self.operator_cls, "validate_changes_state", False))
         self._closed_reason: Optional[str] = None
+        self.unwritten_checkpoints: List[int] = []  # steps the storage never took
         self._recorder = RunRecorder(disk, self.operator_cls, loggers)
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
@@ -157,20 +162,6 @@ class TorchTrainer:
                        point.epoch, point.step)
 
     # ------------------------------------------------------------- set-up
-    def _resolve_gpu(self, use_gpu: Union[bool, str], per_worker: float) -> bool:
-        if use_gpu not in ("auto", True, False):
-            raise ConfigError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}.")
-        remote = self.num_workers - (1 if self.use_local else 0)
-        if use_gpu is False:
-            return False
-        gpus = self._group_cls.cluster_gpus() if remote else _local_gpus()
-        needed = remote * check_num_gpus_per_worker(per_worker) if remote else 1
-        if use_gpu is True and gpus < needed:
-            raise ConfigError(f"use_gpu=True needs {per_worker:g} GPU(s) per worker "
-                              f"({self.num_workers} workers), but the cluster has {gpus:g}. Pass "
-                              "use_gpu=False to train on CPUs.")
-        return gpus > 0
-
     def _make_group(self, count: int, recovering: bool):
         """A worker group of ``count`` workers; the global batch is re-split among them."""
         config = dict(self.config)
@@ -281,16 +272,22 @@ class TorchTrainer:
                    mutates=True)
 
     def save(self, checkpoint: str) -> str:
-        """Write the state to the file ``checkpoint`` atomically; returns its path."""
-        path = checkpoint_io.save(checkpoint, self.state_dict())
+        """Write the state to the file ``checkpoint`` (a path or a URI such as
+        ``s3://bucket/model.pt``, in ``storage_filesystem`` when given) whole or not at
+        all; returns where it is."""
+        store, name = split_target(checkpoint, self._storage_filesystem)
+        data = checkpoint_io.to_checked_bytes(self.state_dict())
+        store.write(name, data)
+        path = store.child(name)
         logger.info("raysgd: checkpoint written to %s", path)
         return path
 
     def load(self, checkpoint: str) -> None:
         """Load a file written by :meth:`save`, or a checkpoint of ``checkpoint_dir`` (a file;
-        under FSDP a sharded directory). Tensors and plain containers only."""
+        under FSDP a sharded directory), from a path or a URI. Tensors and plain containers
+        only."""
         self._group()
-        self.load_state_dict(read_checkpoint(checkpoint))
+        self.load_state_dict(read_checkpoint(*split_target(checkpoint, self._storage_filesystem)))
         logger.info("raysgd: checkpoint %s loaded into %d worker(s)", checkpoint,
                     self._supervisor.group.num_workers)
 
@@ -304,9 +301,11 @@ class TorchTrainer:
         The worker processes go back to this driver's pool, reset, for the next trainer to
         reuse (any CPU trainer; on GPUs one of the same shape; ``reuse_workers=False`` or
         ``force=True`` kills them).
-        Waits for the last checkpoint to reach ``checkpoint_dir`` and closes the loggers.
+        Waits for the last checkpoint to reach ``checkpoint_dir`` and closes the loggers;
+        checkpoints the storage never took are named in a warning and in
+        :attr:`unwritten_checkpoints` (their steps).
         """
-        self._recorder.close()
+        self.unwritten_checkpoints = self._recorder.close()
         if self._supervisor.group is not None:
             self._supervisor.shutdown(force=force)
         self._closed_reason = self._closed_reason or "shutdown() was called"

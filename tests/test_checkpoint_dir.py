@@ -220,7 +220,7 @@ def test_newer_pending_commit_replaces_an_unwritten_one(tmp_path):
     assert steps[-1] == 4 and len(steps) <= 2  # 1 may have started; 2 and 3 were superseded
 
 
-def test_a_failing_write_is_reported_and_the_next_one_works(tmp_path, caplog):
+def test_a_write_the_storage_failed_is_reported_and_retried(tmp_path, caplog):
     calls = []
 
     def flaky_fetch(snaps):
@@ -235,8 +235,9 @@ def test_a_failing_write_is_reported_and_the_next_one_works(tmp_path, caplog):
         writer.flush()
         writer.commit_moved(_commit(2), in_epoch=False)
         writer.close()
-    assert "disk full" in caplog.text
-    assert [e["step"] for e in writer.directory.entries()] == [2]
+    assert "disk full" in caplog.text and "retrying with backoff" in caplog.text
+    assert [e["step"] for e in writer.directory.entries()] == [1, 2]  # the retry landed
+    assert len(calls) == 3 and writer.never_written == []
 
 
 def test_best_checkpoint_follows_the_score(tmp_path):
@@ -300,7 +301,7 @@ def test_disk_settings_refuse_bad_input(tmp_path):
         args.update(kw)
         return DiskSettings.create(**args)
 
-    assert create().path == str(tmp_path)
+    assert create().store.uri == str(tmp_path)
     with pytest.raises(ConfigError, match="needs a directory"):
         create(checkpoint_dir=None, every_n_steps=50)
     with pytest.raises(ConfigError, match="needs a directory"):
@@ -319,6 +320,12 @@ def test_disk_settings_refuse_bad_input(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="cannot be created"):
         create(checkpoint_dir=str(blocker / "sub"))
+    with pytest.raises(ConfigError, match="scheme 'ftp'.*s3://"):
+        create(checkpoint_dir="ftp://host/run")
+    with pytest.raises(ConfigError, match="storage_filesystem must be a pyarrow.fs.FileSystem"):
+        create(filesystem=object())
+    with pytest.raises(ConfigError, match="storage_filesystem needs a directory"):
+        create(checkpoint_dir=None, filesystem=object())
 
 
 def test_log_record_prefixes_by_phase_and_adds_throughput():

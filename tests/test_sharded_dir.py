@@ -20,6 +20,7 @@ from raysgd.state.commit import Commit
 from raysgd.state.disk_checkpoints import DiskCheckpointer, StagedShards, to_snapshots
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RUN_FILE, SHARDED_KEY, read_dir, write_dir
+from raysgd.storage.store import LocalStore
 from raysgd.worker.staging import KEEP, PREFIX, DiskStaging, NoStaging, create_staging
 
 
@@ -117,10 +118,11 @@ def _meta(step, world=2):
 
 
 def test_a_sharded_directory_round_trips_every_ranks_part(tmp_path):
-    path = write_dir(iter(_parts(12)), _meta(12), str(tmp_path / "checkpoint-000001"))
+    store = LocalStore(str(tmp_path))
+    path = write_dir(iter(_parts(12)), _meta(12), store, "checkpoint-000001")
     assert sorted(os.listdir(path)) == sorted([".metadata", "__0_0.distcp", "__1_0.distcp",
                                                RUN_FILE, "raysgd-rank0.pt", "raysgd-rank1.pt"])
-    meta, parts = read_dir(path)
+    meta, parts = read_dir(store, "checkpoint-000001")
     assert meta == _meta(12) and [p["global_step"] for p in parts] == [12, 12]
     assert sorted(parts[0][SHARDED_KEY]["files"]) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert parts[0]["schedulers"] == [{"last_epoch": 12}] and SHARDED_KEY not in parts[1]
@@ -134,7 +136,7 @@ def test_a_sharded_directory_round_trips_every_ranks_part(tmp_path):
 
 def test_an_incomplete_staged_checkpoint_is_not_written(tmp_path):
     with pytest.raises(CheckpointError, match=r"incomplete \(ranks \[0\] of 2"):
-        write_dir(iter(_parts(4)[:1]), _meta(4), str(tmp_path / "checkpoint-000001"))
+        write_dir(iter(_parts(4)[:1]), _meta(4), LocalStore(str(tmp_path)), "checkpoint-000001")
     assert os.listdir(tmp_path) == []  # neither the checkpoint nor a temp directory
 
 
@@ -142,8 +144,8 @@ def test_the_run_directory_keeps_retires_and_rebuilds_sharded_checkpoints(tmp_pa
     directory = CheckpointDirectory(str(tmp_path), keep=2)
     for step in (4, 8, 12):
         parts = _parts(step)
-        directory.write(lambda path, p=parts, s=step: write_dir(iter(p), _meta(s), path),
-                        _meta(step))
+        directory.write(lambda store, rel, p=parts, s=step: write_dir(iter(p), _meta(s), store,
+                                                                       rel), _meta(step))
     names = sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-"))
     assert names == ["checkpoint-000002", "checkpoint-000003"]  # directories, the oldest gone
     state, entry = directory.load_latest()
@@ -157,7 +159,8 @@ def test_the_run_directory_keeps_retires_and_rebuilds_sharded_checkpoints(tmp_pa
     (stale / "__0_0.distcp").write_bytes(b"x")
     old = time.time() - 3600
     os.utime(stale, (old, old))
-    directory.write(lambda path: write_dir(iter(_parts(16)), _meta(16), path), _meta(16))
+    directory.write(lambda store, rel: write_dir(iter(_parts(16)), _meta(16), store, rel),
+                    _meta(16))
     assert not stale.exists()
 
 

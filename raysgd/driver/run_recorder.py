@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import logging
 import numbers
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
-from raysgd.state.checkpoint_dir import CheckpointDirectory
+from raysgd.state.checkpoint_dir import CheckpointDirectory, owned_by_checkpoints
 from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, operator_name,
                                      to_snapshots)
 from raysgd.state.disk_schedule import DiskSchedule
+from raysgd.storage.mirror import LogMirror
+from raysgd.storage.probe import check_store
+from raysgd.storage.store import Store, local_path, open_store
 from raysgd.worker.metrics import NUM_SAMPLES
 
 logger = logging.getLogger("raysgd")
@@ -30,9 +32,11 @@ PREFIXES = {"train": ("train_", ("train_",)), "validate": ("val_", ("val_", "val
 
 @dataclass(frozen=True)
 class DiskSettings:
-    """The validated disk-checkpoint arguments of a ``TorchTrainer``."""
+    """The validated disk-checkpoint arguments of a ``TorchTrainer``; ``store`` is where
+    ``checkpoint_dir`` is (local disk or a ``pyarrow.fs`` filesystem), checked to take
+    writes."""
 
-    path: Optional[str]
+    store: Optional[Store]
     keep: Optional[int]
     every_n_steps: Optional[int]
     resume: bool
@@ -41,11 +45,13 @@ class DiskSettings:
     @classmethod
     def create(cls, checkpoint_dir: Any, keep_checkpoints: Any, every_n_steps: Any, resume: Any,
                score_attr: Any, score_mode: Any, commit_every: Optional[int],
-               in_process: bool = False) -> "DiskSettings":
-        """``in_process``: one rank, in the driver, which takes no in-epoch commits."""
+               in_process: bool = False, filesystem: Any = None) -> "DiskSettings":
+        """``in_process``: one rank, in the driver, which takes no in-epoch commits;
+        ``filesystem``: ``storage_filesystem``, a ``pyarrow.fs.FileSystem``."""
         if checkpoint_dir is None:
             for name, value in (("checkpoint_every_n_steps_to_disk", every_n_steps),
-                                ("checkpoint_score_attr", score_attr)):
+                                ("checkpoint_score_attr", score_attr),
+                                ("storage_filesystem", filesystem)):
                 if value is not None:
                     raise ConfigError(f"{name} needs a directory to write to: pass "
                                       "TorchTrainer(checkpoint_dir=...).")
@@ -57,13 +63,15 @@ class DiskSettings:
             _check_in_epoch_commits(every_n_steps, commit_every, in_process)
         if not isinstance(resume, bool):
             raise ConfigError(f"resume must be True or False, got {resume!r}.")
-        return cls(_writable_dir(checkpoint_dir), keep_checkpoints, every_n_steps, resume,
-                   ScoreRule.create(score_attr, score_mode))
+        score = ScoreRule.create(score_attr, score_mode)
+        store = open_store(checkpoint_dir, filesystem)
+        check_store(store)  # last: the only check that may take seconds
+        return cls(store, keep_checkpoints, every_n_steps, resume, score)
 
     def staged(self, strategy: Any) -> Optional[DiskSchedule]:
         """The ranks' own disk schedule, where a sharding strategy has every rank write its
         shards of ``checkpoint_dir``'s checkpoints (none without a directory)."""
-        if self.path is None or not strategy.stages_disk_checkpoints:
+        if self.store is None or not strategy.stages_disk_checkpoints:
             return None
         return DiskSchedule(self.every_n_steps)
 
@@ -92,21 +100,6 @@ def _check_in_epoch_commits(every_n_steps: int, commit_every: Optional[int],
             f"checkpoint_every_n_steps_to_disk={every_n_steps} must be a multiple of "
             f"checkpoint_every_n_steps={commit_every}: only commits reach the disk. Use e.g. "
             f"checkpoint_every_n_steps_to_disk={commit_every * max(1, every_n_steps // commit_every)}.")
-
-
-def _writable_dir(path: Any) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"checkpoint_dir must be a path, got {type(path).__name__}.")
-    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"checkpoint_dir {path} cannot be created ({exc}); pass a directory "
-                          "you can write to.") from exc
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"checkpoint_dir {path} is not writable; pass a directory you can "
-                          "write to.")
-    return path
 
 
 @dataclass(frozen=True)
@@ -142,10 +135,13 @@ class RunRecorder:
     def __init__(self, disk: DiskSettings, operator_cls: type, loggers: Optional[Sequence]):
         self.disk = disk
         self.operator = operator_name(operator_cls)
-        self.directory = CheckpointDirectory(disk.path, disk.keep) if disk.path else None
-        if loggers is None and disk.path:
+        self.directory = CheckpointDirectory(disk.store, disk.keep) if disk.store else None
+        if loggers is None and disk.store:
             loggers = [CSVLogger()]  # metrics.csv next to the checkpoints
         self.hub = LoggerHub(loggers)
+        # Loggers write files: on remote storage into a local copy that is mirrored there.
+        self.mirror = LogMirror(disk.store, owned_by_checkpoints) \
+            if disk.store is not None and not disk.store.local and self.hub.loggers else None
         self.checkpointer: Any = NullCheckpointer()
         self._resumed_step: Optional[int] = None
 
@@ -153,7 +149,11 @@ class RunRecorder:
         """Before any worker starts: find the resume point and set the loggers up."""
         point = self._resume_point()
         self._resumed_step = point.step if point else None
-        self.hub.setup(self.disk.path, point.step if point else 0)
+        if self.mirror is not None:
+            self.mirror.pull()
+        self.hub.setup(self.mirror.local_dir if self.mirror else
+                       local_path(self.disk.store) if self.disk.store else None,
+                       point.step if point else 0)
         self.hub.log_hyperparams(config)
         return point
 
@@ -165,7 +165,7 @@ class RunRecorder:
         if found is None:
             return None
         state, entry = found
-        path = os.path.join(self.directory.path, entry["file"])
+        path = self.directory.location(entry["file"])
         meta, snapshots = to_snapshots(state)
         check_compatible(meta, self.operator, path)
         return ResumePoint(path, int(meta.get("step", 0)), int(meta.get("epoch", 0)), snapshots)
@@ -186,10 +186,18 @@ class RunRecorder:
         """A train/validate call's reduced metrics: to the loggers, and scored for ``best``."""
         self.checkpointer.result(phase, metrics, commit)
         self.hub.log_metrics(log_record(phase, metrics, epoch, seconds), step)
+        if self.mirror is not None:
+            self.hub.call_soon(self.mirror.push)
 
-    def close(self) -> None:
-        self.checkpointer.close()
+    def close(self) -> List[int]:
+        """Write the last checkpoint and close the loggers; returns the steps whose
+        checkpoints never reached the storage (it failed)."""
+        unwritten = self.checkpointer.close() or []
         self.hub.close()
+        if self.mirror is not None:
+            self.mirror.close()
+            self.mirror = None
+        return unwritten
 
 
 def log_record(phase: str, metrics: Dict[str, Any], epoch: int, seconds: float) -> Dict[str, Any]:

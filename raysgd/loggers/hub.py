@@ -75,6 +75,11 @@ class LoggerHub:
         """Queue one record (a copy, so the caller may reuse its dict)."""
         self._put(("log_metrics", (dict(metrics), step)))
 
+    def call_soon(self, function: Any) -> None:
+        """Run ``function()`` on the loggers' thread after what is queued (say, copying
+        their files to storage); an error in it is logged, never raised."""
+        self._put(("call", (function,)))
+
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued so far ran; False if ``timeout_s`` passed first."""
         thread = self._thread
@@ -131,6 +136,9 @@ class LoggerHub:
                 task.set()  # a flush marker: everything before it ran
                 continue
             method, args = task
+            if method == "call":
+                _call_quietly(args[0])
+                continue
             for logger in self.loggers:
                 try:
                     getattr(logger, method)(*args)
@@ -146,6 +154,14 @@ class LoggerHub:
             self.disabled.append((logger, exc))
         if method != "finalize":
             _finalize_quietly(logger)  # let it close what it opened
+
+
+def _call_quietly(function: Any) -> None:
+    try:
+        function()
+    except Exception as exc:  # noqa: BLE001 - the loggers' thread must go on
+        log.warning("raysgd: %s raised %s: %s", getattr(function, "__qualname__", function),
+                    type(exc).__name__, exc)
 
 
 def _finalize_quietly(logger: Any) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from typing import Any, Dict
 
 import torch
 
 from raysgd.errors import CheckpointError
+from raysgd.storage.store import write_atomic  # noqa: F401 - the file half lives there
 
 FORMAT_KEY = "raysgd_checkpoint_version"
 FORMAT_VERSION = 1
@@ -51,31 +51,16 @@ def _check_format(state: Any, source: str) -> Dict[str, Any]:
     return state
 
 
-def write_atomic(path: str, data: bytes) -> str:
-    """Write ``data`` to ``path`` so readers see the old file or the new, never half."""
-    path = os.path.abspath(os.path.expanduser(path))
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+def to_checked_bytes(state: Dict[str, Any]) -> bytes:
+    """:func:`to_bytes`, refusing what ``load()`` would refuse to read (e.g. numpy arrays in
+    an operator's state_dict), so the error comes now, not at restore time."""
+    data = to_bytes(state)
+    from_bytes(data, source="The state to save")
+    return data
 
 
 def save(path: str, state: Dict[str, Any]) -> str:
-    data = to_bytes(state)
-    # Refuse to write what load() would refuse to read (e.g. numpy arrays in an
-    # operator's state_dict), so the error comes now, not at restore time.
-    from_bytes(data, source="The state to save")
-    return write_atomic(path, data)
+    return write_atomic(path, to_checked_bytes(state))
 
 
 def load(path: str) -> Dict[str, Any]:

@@ -9,29 +9,29 @@ Layout::
         best.pt (or best/)     # the best by checkpoint_score_attr, when asked for
         index.json             # which file is latest, with step/epoch/operator per file
 
-Every file (and directory) is written atomically (see :func:`raysgd.state.checkpoint.write_atomic`)
-and the index is replaced only after the file it names is complete, so a
-crash at any moment leaves a readable latest checkpoint. Writers (threads or
-processes) serialize on an ``flock`` of ``.lock``, so concurrent writes never
-lose an index entry or delete a file another writer just listed. Pure file
-logic: no Ray, no torch beyond :mod:`raysgd.state.checkpoint`.
+The directory lives in a :class:`raysgd.storage.store.Store`: local disk or any
+``pyarrow.fs`` filesystem (S3, GCS, ...). A checkpoint is complete or invisible: a file
+is written whole (a local rename, or one object), a directory counts only once its
+marker (``raysgd-run.json``, written last) exists, and the index is replaced only after
+the checkpoint it names is complete, so a crash at any moment leaves a readable latest
+checkpoint. Retention deletes only checkpoints the new index no longer names. Writers
+serialize on the store's lock (an ``flock`` on local disk, so threads and processes never
+lose an index entry; one writer per run directory on an object store). Pure file logic:
+no Ray, no torch beyond :mod:`raysgd.state.checkpoint`.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import glob
 import json
 import logging
-import os
 import re
-import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state import sharded_dir
+from raysgd.storage.store import LocalStore, Store
 
 logger = logging.getLogger("raysgd")
 
@@ -39,31 +39,39 @@ INDEX = "index.json"
 BEST = "best.pt"
 _NAME = "checkpoint-{seq:06d}"
 _NAME_RE = re.compile(r"^checkpoint-(\d{6,})(\.pt)?$")
+_TEMP_RE = re.compile(r"^\.tmp-.*\.raysgd$")
 STALE_TEMP_S = 300.0
 RUN_KEY = "raysgd_run"  # the metadata entry inside a checkpoint written here
 RANKS_KEY = "ranks"  # the other ranks' parts inside a checkpoint written here
-# A checkpoint to write: a file's bytes, or a function that writes a directory at a path.
-Content = Union[bytes, Callable[[str], Any]]
+# A checkpoint to write: a file's bytes, or a function that writes a directory
+# (``content(store, rel)``, marker last: raysgd.state.sharded_dir.write_dir).
+Content = Union[bytes, Callable[[Store, str], Any]]
 
 
 def _file_name(stem: str, content: Content) -> str:
     return stem if callable(content) else stem + ".pt"
 
 
-def _put(path: str, content: Content) -> None:
-    if callable(content):
-        content(path)
-    else:
-        checkpoint_io.write_atomic(path, content)
-
-
 class CheckpointDirectory:
-    """Writes and finds the checkpoints of one run directory."""
+    """Writes and finds the checkpoints of one run directory (a local path or a store)."""
 
-    def __init__(self, path: str, keep: Optional[int] = 3):
-        self.path = os.path.abspath(os.path.expanduser(path))
+    def __init__(self, where: Union[str, Store], keep: Optional[int] = 3):
+        self.store = where if isinstance(where, Store) else LocalStore(where)
         self.keep = keep  # None keeps every checkpoint
-        self._thread_lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        """Where the directory is, for messages: a local path or a URI."""
+        return self.store.uri
+
+    def location(self, name: str) -> str:
+        return self.store.child(name)
+
+    def _put(self, name: str, content: Content) -> None:
+        if callable(content):
+            content(self.store, name)
+        else:
+            self.store.write(name, content)
 
     # ---------------------------------------------------------------- writing
     def write(self, data: Content, meta: Dict[str, Any]) -> str:
@@ -73,13 +81,13 @@ class CheckpointDirectory:
         between calls, such as ``update_scheduler``, is written at the step of the
         ``train()`` before it), so retention keeps ``keep`` distinct steps.
         """
-        with self._locked():
-            self._remove_stale_temp_files()
+        with self.store.locked():
             index = self._read_index()
+            self._remove_leftovers(index)
             entries = index["checkpoints"]
             seq = max((e["seq"] for e in entries), default=self._max_seq_on_disk()) + 1
             name = _file_name(_NAME.format(seq=seq), data)
-            _put(os.path.join(self.path, name), data)
+            self._put(name, data)
             replaced = [e for e in entries if "step" in meta and e.get("step") == meta["step"]]
             entries = [e for e in entries if e not in replaced] + [{**meta, "seq": seq, "file": name}]
             dropped = replaced + (entries[:-self.keep] if self.keep else [])
@@ -87,22 +95,28 @@ class CheckpointDirectory:
             index["latest"] = name
             self._write_index(index)
             for entry in dropped:  # only after the index stopped naming them
-                sharded_dir.remove(os.path.join(self.path, entry["file"]))
-            return os.path.join(self.path, name)
+                self.store.remove(entry["file"])
+            return self.location(name)
 
     def write_best(self, data: Content, meta: Dict[str, Any], attr: str, mode: str,
                    score: float) -> str:
         """Replace ``best.pt`` (or ``best/``) with this checkpoint, scored ``attr``=``score``."""
-        with self._locked():
-            name = _file_name(BEST[:-len(".pt")], data)
-            _put(os.path.join(self.path, name), data)
+        with self.store.locked():
+            name = self._best_name(data)
+            self._put(name, data)
             index = self._read_index()
             stale = (index.get("best") or {}).get("file")
             index["best"] = {**meta, "file": name, "attr": attr, "mode": mode, "score": score}
             self._write_index(index)
-            if stale and stale != name:  # the strategy changed between runs
-                sharded_dir.remove(os.path.join(self.path, stale))
-            return os.path.join(self.path, name)
+            if stale and stale != name:  # another name: the strategy changed, or a store
+                self.store.remove(stale)
+            return self.location(name)
+
+    def _best_name(self, data: Content) -> str:
+        """``best.pt`` or ``best``; a directory on an object store, which cannot replace
+        one in a single step, gets a new name each time (the index says which)."""
+        name = _file_name(BEST[:-len(".pt")], data)
+        return name if self.store.local or not callable(data) else f"{name}-{uuid.uuid4().hex[:8]}"
 
     # ---------------------------------------------------------------- reading
     def entries(self) -> List[Dict[str, Any]]:
@@ -122,9 +136,9 @@ class CheckpointDirectory:
         entries = self.entries()
         failures = []
         for entry in reversed(entries):
-            path = os.path.join(self.path, entry["file"])
+            path = self.location(entry["file"])
             try:
-                state = read_checkpoint(path)
+                state = read_checkpoint(self.store, entry["file"])
             except CheckpointError as exc:
                 failures.append(f"{entry['file']}: {exc}")
                 logger.warning("raysgd: checkpoint %s is unreadable (%s); trying the one "
@@ -138,68 +152,89 @@ class CheckpointDirectory:
         return None
 
     # ---------------------------------------------------------------- helpers
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        os.makedirs(self.path, exist_ok=True)
-        with self._thread_lock, open(os.path.join(self.path, ".lock"), "a") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
     def _read_index(self) -> Dict[str, Any]:
         try:
-            with open(os.path.join(self.path, INDEX)) as handle:
-                index = json.load(handle)
+            index = json.loads(self.store.read(INDEX))
             if isinstance(index, dict) and isinstance(index.get("checkpoints"), list):
                 return index
         except FileNotFoundError:
-            if not self._files_on_disk():
+            if not self._checkpoint_names():
                 return {"checkpoints": []}
         except (OSError, ValueError):
             pass
         return self._rebuilt_index()
 
     def _rebuilt_index(self) -> Dict[str, Any]:
-        """The index is gone or unreadable: list the checkpoint files by number."""
-        files = self._files_on_disk()
+        """The index is gone or unreadable: list the complete checkpoints by number."""
+        files = [(seq, name) for seq, name in self._checkpoint_names() if self._complete(name)]
         if files:
             logger.warning("raysgd: %s is missing or unreadable; rebuilt it from %d checkpoint "
-                           "file(s)", os.path.join(self.path, INDEX), len(files))
+                           "file(s)", self.location(INDEX), len(files))
         entries = [{"seq": seq, "file": name} for seq, name in files]
         return {"checkpoints": entries, "latest": entries[-1]["file"] if entries else None}
 
-    def _files_on_disk(self) -> List[Tuple[int, str]]:
+    def _checkpoint_names(self) -> List[Tuple[int, str]]:
         found = []
-        for path in glob.glob(os.path.join(self.path, "checkpoint-*")):
-            match = _NAME_RE.match(os.path.basename(path))
+        for name in self.store.names():
+            match = _NAME_RE.match(name)
             if match:
-                found.append((int(match.group(1)), os.path.basename(path)))
+                found.append((int(match.group(1)), name))
         return sorted(found)
 
+    def _complete(self, name: str) -> bool:
+        """A file is whole once it exists; a directory once its marker does."""
+        return name.endswith(".pt") or self.store.exists(f"{name}/{sharded_dir.RUN_FILE}")
+
     def _max_seq_on_disk(self) -> int:
-        files = self._files_on_disk()
+        files = self._checkpoint_names()
         return files[-1][0] if files else 0
 
-    def _remove_stale_temp_files(self) -> None:
-        """Temp files of writes cut short by a crash (a live write is younger than this)."""
-        cutoff = time.time() - STALE_TEMP_S
-        for path in glob.glob(os.path.join(self.path, ".tmp-*.raysgd")):
-            with contextlib.suppress(OSError):
-                if os.path.getmtime(path) < cutoff:
-                    sharded_dir.remove(path)
+    def _remove_leftovers(self, index: Dict[str, Any]) -> None:
+        """What writes cut short by a crash left: local temporary files older than a live
+        write could be, and on an object store the unmarked directories no index names
+        (one writer per run directory, so none of them is being written now)."""
+        if self.store.local:
+            cutoff = time.time() - STALE_TEMP_S
+            for name in self.store.names():
+                path = self.store.child(name)
+                if _TEMP_RE.match(name) and _mtime(path) < cutoff:
+                    self.store.remove(name)
+            return
+        named = {entry["file"] for entry in index["checkpoints"]}
+        for _seq, name in self._checkpoint_names():
+            if name not in named and not name.endswith(".pt") and not self._complete(name):
+                self.store.remove(name)
 
     def _write_index(self, index: Dict[str, Any]) -> None:
-        data = json.dumps(index, indent=1, sort_keys=True).encode()
-        checkpoint_io.write_atomic(os.path.join(self.path, INDEX), data)
+        self.store.write(INDEX, json.dumps(index, indent=1, sort_keys=True).encode())
 
 
-def read_checkpoint(path: str) -> Dict[str, Any]:
+def _mtime(path: str) -> float:
+    import os
+
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return float("inf")
+
+
+def owned_by_checkpoints(name: str) -> bool:
+    """Whether a top-level name of a run directory is this module's (not a logger's)."""
+    return bool(_NAME_RE.match(name) or _TEMP_RE.match(name)) or name in (INDEX, ".lock") \
+        or name.startswith(("best", ".raysgd-probe-"))
+
+
+def read_checkpoint(store: Store, name: str) -> Dict[str, Any]:
     """A checkpoint's state: a file's (``save()``'s, or one written here), or a sharded
     directory's in the same layout (rank 0's part, ``RANKS_KEY`` with the others',
     ``RUN_KEY``)."""
-    if not os.path.isdir(path):
-        return checkpoint_io.load(path)
-    meta, parts = sharded_dir.read_dir(path)
+    where = store.child(name)
+    if not store.is_dir(name):
+        try:
+            data = store.read(name)
+        except OSError:  # pyarrow: FileNotFoundError, or OSError for a missing object
+            raise CheckpointError(f"No checkpoint at {where}; check the path passed to "
+                                  "load().") from None
+        return checkpoint_io.from_bytes(data, source=f"Checkpoint {where}")
+    meta, parts = sharded_dir.read_dir(store, name)
     return {**parts[0], RANKS_KEY: parts[1:], RUN_KEY: meta}

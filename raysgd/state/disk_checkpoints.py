@@ -37,6 +37,7 @@ from raysgd.state.sharded_dir import write_dir
 logger = logging.getLogger("raysgd")
 
 SETTLE_S = 0.03  # a write starts this long after its commit arrived (see _run)
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # backoff between tries of a write the storage failed
 SCORE_MODES = ("min", "max", "auto")
 # Metric names that "auto" scores as lower-is-better; anything else is higher-is-better.
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "perplexity")
@@ -124,7 +125,7 @@ class StagedShards:
         self.fetch_staged = fetch_staged
 
     def content(self, commit: Commit, meta: Dict[str, Any]) -> Callable[[str], str]:
-        return lambda path: write_dir(self.fetch_staged(commit.step), meta, path)
+        return lambda store, rel: write_dir(self.fetch_staged(commit.step), meta, store, rel)
 
 
 class DiskCheckpointer:
@@ -144,8 +145,12 @@ class DiskCheckpointer:
         self.last_path: Optional[str] = None
         self.write_seconds: List[float] = []  # wall time of each write
         self.write_cpu_seconds: List[float] = []  # the writer thread's CPU time of each
+        self.failed_tries = 0  # storage failures in a row (0 once a write lands)
+        self.never_written: List[int] = []  # steps whose checkpoint the storage never took
         # kind -> (commit, score, monotonic time before which the write should not start)
         self._pending: Dict[str, Tuple[Commit, Optional[float], float]] = {}
+        self._failed: Dict[str, Commit] = {}  # kind -> a commit being retried
+        self._closing = False
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -206,16 +211,26 @@ class DiskCheckpointer:
             finally:
                 self._flushing -= 1
 
-    def close(self, timeout_s: Optional[float] = 120.0) -> None:
+    def close(self, timeout_s: Optional[float] = 120.0) -> List[int]:
+        """Write what is pending (a write the storage keeps failing is tried once more),
+        stop the thread; returns the steps whose checkpoints never reached the storage."""
         if self._closed:
-            return
+            return self.never_written
+        with self._cond:
+            self._closing = True
         if not self.flush(timeout_s):
             logger.warning("raysgd: the checkpoint writer did not finish within %.0f s; the "
                            "last checkpoint in %s may be older", timeout_s, self.directory.path)
         with self._cond:
             self._closed = True
+            self.never_written += [job[0].step for job in self._pending.values()]
             self._cond.notify_all()
         atexit.unregister(self._atexit)
+        if self.never_written:
+            logger.warning("raysgd: the checkpoints of step(s) %s never reached %s (the storage "
+                           "failed); the newest checkpoint there is older", 
+                           sorted(set(self.never_written)), self.directory.path)
+        return self.never_written
 
     def _submit(self, kind: str, commit: Commit, score: Optional[float], settle: bool) -> None:
         not_before = time.monotonic() + SETTLE_S if settle else 0.0
@@ -237,14 +252,20 @@ class DiskCheckpointer:
                 # A call-end commit arrives as the call returns, just when the driver
                 # dispatches the next one; writing at once competes with that for the GIL
                 # and the CPU (2-3 % of a 0.1 s digits epoch on 2 cores, against under
-                # 1.5 % when the write starts 30 ms later). Flushing and closing do not wait.
+                # 1.5 % when the write starts 30 ms later). Flushing and closing do not wait;
+                # a retry's backoff is cut short by a close only.
                 delay = self._pending[kind][2] - time.monotonic()
+                retry = self._failed.get(kind) is self._pending[kind][0]
                 if delay > 0:
-                    self._cond.wait_for(lambda: self._closed or self._flushing, delay)
+                    self._cond.wait_for(lambda: self._closing if retry else
+                                        self._closed or self._flushing, delay)
                 commit, score, _ = self._pending.pop(kind)
                 self._busy = True
             try:
                 self._write(kind, commit, score)
+                self._landed(kind)
+            except OSError as exc:  # the storage failed: tried again, training goes on
+                self._retry(kind, commit, score, exc)
             except Exception as exc:  # noqa: BLE001 - the disk must never stop training
                 logger.warning("raysgd: could not write a checkpoint to %s (%s: %s); training "
                                "goes on and the next commit is tried", self.directory.path,
@@ -255,6 +276,33 @@ class DiskCheckpointer:
                     if not any(job[0] is commit for job in self._pending.values()):
                         self._serialized = None  # no second write of it coming: free the bytes
                     self._cond.notify_all()
+
+    def _landed(self, kind: str) -> None:
+        with self._cond:
+            if self.failed_tries:
+                logger.warning("raysgd: %s takes checkpoints again", self.directory.path)
+            self.failed_tries = 0
+            self._failed.pop(kind, None)
+
+    def _retry(self, kind: str, commit: Commit, score: Optional[float], exc: OSError) -> None:
+        """Put the write back, after a backoff, unless a newer commit of its kind came (the
+        failed one then never reaches the storage) or this is the last try of a close."""
+        with self._cond:
+            self.failed_tries += 1
+            delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self.failed_tries - 1))
+            last_try = self._closing and self._failed.get(kind) is commit
+            if self.failed_tries == 1 or last_try:
+                logger.warning("raysgd: the storage %s failed a checkpoint write (%s: %s); "
+                               "training goes on, %s", self.directory.path, type(exc).__name__,
+                               str(exc).splitlines()[0] if str(exc) else "",
+                               "giving up on it" if last_try else
+                               f"retrying with backoff (first in {delay:.0f} s)")
+            if kind in self._pending or last_try:
+                self.never_written.append(commit.step)
+                self._failed.pop(kind, None)
+                return
+            self._failed[kind] = commit
+            self._pending[kind] = (commit, score, time.monotonic() + delay)
 
     def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
         start, cpu_start = time.perf_counter(), time.thread_time()

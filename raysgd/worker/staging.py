@@ -21,7 +21,8 @@ from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.dirblob import DirBlob, pack_dir
 from raysgd.state.disk_schedule import DiskSchedule
-from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY, replace_dir
+from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
+from raysgd.storage.store import replace_dir
 
 KEEP = 3
 PREFIX = "raysgd-staged-"
