@@ -11,6 +11,7 @@ setup(
         "torch>=2.1,<3",
         "ray[tune]>=2.9",
         "filelock",
+        "pyarrow>=9",  # checkpoint_dir on S3, GCS, ... (pyarrow.fs, as Ray Train)
         "tabulate",
         "tqdm",
         "numpy",
@@ -26,7 +27,7 @@ setup(
         "mlflow": ["mlflow-skinny"],
         "wandb": ["wandb"],
         "plot": ["matplotlib"],
-        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9",
+        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9", "moto[server]",
                  "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
                  "matplotlib"],
     },

@@ -75,3 +75,31 @@ def bench_quick(request, tmp_path_factory):
     runs = quick_runs(str(tmp_path_factory.mktemp("bench-quick")), modules)
     yield runs
     runs.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A local S3 endpoint (moto) for the whole session; this process's environment points
+    pyarrow at it, as AWS_ENDPOINT_URL and the credentials variables do for users."""
+    from s3_server import S3Endpoint
+
+    endpoint = S3Endpoint()
+    endpoint.start()
+    saved = {key: os.environ.get(key) for key in endpoint.env}
+    os.environ.update(endpoint.env)
+    yield endpoint
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if endpoint.running:
+        endpoint.stop()
+
+
+@pytest.fixture
+def s3_run(s3_endpoint):
+    """``s3://<a new bucket>/run``: a run directory no other test shares."""
+    if not s3_endpoint.running:
+        s3_endpoint.start()
+    return f"s3://{s3_endpoint.new_bucket()}/run"

@@ -238,6 +238,8 @@ class DiskCheckpointer:
             if self._closed:
                 return
             # A newer commit replaces an unwritten one of its kind.
+            if kind in self._failed:  # ... one the storage failed: it never gets there
+                self.never_written.append(self._failed.pop(kind).step)
             self._pending[kind] = (commit, score, not_before)
             self._cond.notify_all()
 
