@@ -15,7 +15,8 @@ from operators_for_tests import LinearOperator
 from raysgd import TorchTrainer
 from raysgd.errors import CheckpointError
 from raysgd.loggers import CSVLogger, Logger, TensorBoardLogger
-from raysgd.state.checkpoint_dir import BEST, INDEX
+from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
+from raysgd.storage.store import open_store
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 SHUFFLED = {"shuffle": True, "data_size": 320, "lr": 5e-2}
@@ -199,11 +200,17 @@ def test_a_failing_logger_does_not_stop_training(trainer_factory, tmp_path, capl
     assert [e.step for e in events.Scalars("train_loss")] == [5, 10]
 
 
+_PLAIN = {}  # strategy -> the uninterrupted run's weights (storage does not change them)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strategy):
+@pytest.mark.parametrize("strategy,storage", [("ddp", "local"), ("fsdp", "local"),
+                                              ("ddp", "s3"), ("fsdp", "s3")])
+def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strategy, storage,
+                                                                request):
     """The promise: kill -9 the driver, run the script again, same final weights (under
-    FSDP from sharded DCP checkpoint directories that every rank wrote)."""
+    FSDP from sharded DCP checkpoint directories that every rank wrote in the background).
+    On S3 the killed driver may die mid-upload: the resume uses the newest complete one."""
     script = os.path.join(TESTS_DIR, "resume_driver.py")
 
     def run(run_dir, out, **popen):
@@ -212,8 +219,8 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, **popen)
 
-    plain = run(tmp_path / "plain", tmp_path / "plain.pt")
-    killed = tmp_path / "killed"
+    plain = None if strategy in _PLAIN else run(tmp_path / "plain", tmp_path / "plain.pt")
+    killed = request.getfixturevalue("s3_run") if storage == "s3" else tmp_path / "killed"
     victim = run(killed, tmp_path / "never.pt")
     seen = _wait_for_mid_epoch_checkpoint(killed, victim)
     os.kill(victim.pid, signal.SIGKILL)
@@ -221,7 +228,9 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
     _reap_group(victim)
     again = run(killed, tmp_path / "resumed.pt")  # while the uninterrupted run finishes
     try:
-        assert plain.wait(240) == 0, plain.communicate()[1][-3000:]
+        if plain is not None:
+            assert plain.wait(240) == 0, plain.communicate()[1][-3000:]
+            _PLAIN[strategy] = torch.load(tmp_path / "plain.pt")
         out, err = again.communicate(timeout=240)
     finally:
         if again.poll() is None:
@@ -231,19 +240,19 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
     resumed_step = int(err.split("resumed from ")[1].split("step ")[1].split()[0])
     assert resumed_step >= seen["step"]
     assert resumed_step % 16, "the kill should land inside a pass; the resume then replays it"
-    expected = torch.load(tmp_path / "plain.pt")
     got = torch.load(tmp_path / "resumed.pt")
-    assert _same(got, expected)
+    assert _same(got, _PLAIN[strategy])
 
 
 def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -> dict:
     """Wait until the newest checkpoint is the first one inside pass 2 or later (16 batches
     per pass, one every 4): even if the next one lands before the kill, it is mid-pass too."""
     deadline = time.monotonic() + timeout_s
+    directory = CheckpointDirectory(open_store(str(run_dir)))
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()[1][-3000:]
         try:
-            entries = _index(run_dir)["checkpoints"]
+            entries = json.loads(directory.store.read(INDEX))["checkpoints"]
         except (OSError, ValueError):
             entries = []
         if entries and entries[-1]["epoch"] >= 1 and entries[-1]["step"] % 16 == 4:

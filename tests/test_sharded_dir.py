@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -55,7 +56,7 @@ def test_staging_keeps_the_newest_steps_and_serves_their_files():
     try:
         for step in range(1, 9):
             staging.stage(step, False, _state(1, step), _fake_dcp(1))
-        assert staging._steps == [4, 6, 8][-KEEP:]
+        assert sorted(staging._writes) == [4, 6, 8][-KEEP:]
         files = staging.staged_files(8)
         assert sorted(files) == ["__1_0.distcp", "raysgd-rank1.pt"]
         part = checkpoint_io.from_bytes(files["raysgd-rank1.pt"])
@@ -65,10 +66,52 @@ def test_staging_keeps_the_newest_steps_and_serves_their_files():
         staging.stage(8, True, _state(1, 99), _fake_dcp(1))  # the same step again: replaced
         assert checkpoint_io.from_bytes(staging.staged_files(8)["raysgd-rank1.pt"])[
             "global_step"] == 99
-        assert staging._steps == [4, 6, 8]
+        assert sorted(staging._writes) == [4, 6, 8]
     finally:
         staging.close()
     assert not os.path.exists(staging.root)
+
+
+def test_staging_returns_before_the_shards_are_written_and_serves_them_once_they_are():
+    """The training thread only starts the write (DCP's async_save); the driver's fetch, on
+    the copies thread, waits for it to finish."""
+    from concurrent.futures import Future
+
+    from raysgd.worker.dcp_io import ShardWrite
+
+    finish = threading.Event()
+    started = []
+
+    def slow_dcp(path):
+        future = Future()
+
+        def write():
+            finish.wait(10)
+            _fake_dcp(0)(path)
+            future.set_result(None)
+        thread = threading.Thread(target=write)
+        thread.start()
+        started.append(thread)
+        return ShardWrite({"fresh_optimizers": []}, future)
+
+    staging = DiskStaging(DiskSchedule(), rank=0)
+    try:
+        staging.stage(4, True, _state(0, 4), slow_dcp)  # returns while the write waits
+        fetched = []
+        reader = threading.Thread(target=lambda: fetched.append(staging.staged_files(4)))
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and not fetched  # waiting for the shards, not failing
+        finish.set()
+        reader.join(10)
+        assert sorted(fetched[0]) == [".metadata", "__0_0.distcp", "raysgd-rank0.pt"]
+        part = checkpoint_io.from_bytes(fetched[0]["raysgd-rank0.pt"])
+        assert part[SHARDED_KEY]["fresh_optimizers"] == []
+    finally:
+        finish.set()
+        staging.close()
+        for thread in started:
+            thread.join(10)
 
 
 KILLED_RANK = """

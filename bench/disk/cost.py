@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from raysgd import TorchTrainer
 from raysgd.driver.run_recorder import NullCheckpointer
@@ -34,10 +34,11 @@ def _trainer(case: str, mode: str, checkpoint_dir) -> TorchTrainer:
                         checkpoint_dir=checkpoint_dir, loggers=[])
 
 
-def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str) -> Dict[str, Any]:
-    """``blocks`` blocks of each kind, alternating, ``epochs`` timed epochs per block."""
-    directory = os.path.join(tmp, case)
-    trainer = _trainer(case, mode, directory)
+def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str,
+            checkpoint_dir: Optional[str] = None) -> Dict[str, Any]:
+    """``blocks`` blocks of each kind, alternating, ``epochs`` timed epochs per block;
+    checkpoints go to ``checkpoint_dir`` (a URI) or a directory under ``tmp``."""
+    trainer = _trainer(case, mode, checkpoint_dir or os.path.join(tmp, case))
     recorder = trainer._recorder
     writer, off = recorder.checkpointer, NullCheckpointer()
     times: Dict[str, list] = {"none": [], "disk": []}
@@ -52,7 +53,8 @@ def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str) -> Dict[st
             trainer.train()
             times[kind].append(time.perf_counter() - start)
     writer.flush()
-    size = os.path.getsize(writer.last_path) / 2 ** 20
+    directory = recorder.directory
+    size = len(directory.store.read(directory.entries()[-1]["file"])) / 2 ** 20
     trainer.shutdown()
     none, disk = statistics.median(times["none"]), statistics.median(times["disk"])
     return {"epoch_s_none": none, "epoch_s_disk": disk, "cost": disk / none - 1,

@@ -6,6 +6,12 @@ models (as one ``ModuleList``, so their parameters are named ``0.<name>``, ``1.<
 and optimizers: fully qualified names, so any world size and any sharding reads it back.
 Saving and loading are collectives: every rank calls them at the same point.
 
+:func:`save` is ``dcp.async_save``: the state is copied to CPU memory on the caller's thread
+(the only part on the training path), and DCP plans and writes it from a thread of its own,
+on a process group of its own (``checkpoint_group``), so its collectives never interleave
+with training's. At most one write is in flight per rank: the next save waits for it
+(back-pressure, every rank alike, so their collectives stay in step).
+
 ``get_state_dict`` gives an optimizer that has not stepped yet a state by stepping it once
 with zero gradients and no learning rate (Adam's ``step`` becomes 1). That state is saved as
 is, but such optimizers are named in what :func:`save` returns, and :func:`load` empties
@@ -15,13 +21,20 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from typing import Any, Dict, List
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from raysgd.state.dirblob import DirBlob, unpack_dir
+
+# Set to "1" in a worker's environment: write on the training path, as before async saves
+# (for the disk benchmark's comparison; nothing else should want it).
+SYNC_ENV = "RAYSGD_SYNC_SHARD_WRITES"
 
 
 def _state(models: List[nn.Module], optimizers: List[Any]):
@@ -30,14 +43,40 @@ def _state(models: List[nn.Module], optimizers: List[Any]):
     return container, {"models": model_state, "optimizers": optim_state}
 
 
-def save(models: List[nn.Module], optimizers: List[Any], path: str) -> Dict[str, Any]:
-    """This rank's shards into ``path`` (a local directory; rank 0 adds DCP's metadata).
-    Returns what :func:`load` needs besides the files."""
+@dataclass
+class ShardWrite:
+    """A save under way: ``extra`` is what :func:`load` needs besides the files; ``wait()``
+    returns once the files are complete (raises what the write raised)."""
+
+    extra: Dict[str, Any]
+    future: Optional[Future] = None
+
+    def wait(self, timeout_s: Optional[float] = None) -> None:
+        if self.future is not None:
+            self.future.result(timeout_s)
+
+
+def checkpoint_group() -> Optional[Any]:
+    """A gloo group beside training's (a collective: every rank creates it at the same
+    point), or None without a process group."""
+    return dist.new_group(backend="gloo") if dist.is_initialized() else None
+
+
+def save(models: List[nn.Module], optimizers: List[Any], path: str,
+         group: Optional[Any] = None, previous: Optional[ShardWrite] = None) -> ShardWrite:
+    """Start writing this rank's shards into ``path`` (a local directory; rank 0 adds DCP's
+    metadata) after ``previous`` finished; returns as soon as the state is copied."""
+    if previous is not None:
+        previous.wait()
     fresh = [index for index, optimizer in enumerate(optimizers) if not optimizer.state]
     _, state = _state(models, optimizers)
-    dcp.save(state, checkpoint_id=path)
-    _clear(optimizers, fresh)
-    return {"fresh_optimizers": fresh}
+    if group is None:  # no process group, or SYNC_ENV: written here and now
+        dcp.save(state, checkpoint_id=path)
+        future = None
+    else:
+        future = dcp.async_save(state, checkpoint_id=path, process_group=group)
+    _clear(optimizers, fresh)  # the state was copied: the write does not see this
+    return ShardWrite({"fresh_optimizers": fresh}, future)
 
 
 def load(models: List[nn.Module], optimizers: List[Any], files: DirBlob,

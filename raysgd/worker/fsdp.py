@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import os
 import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -39,6 +40,7 @@ from raysgd.worker import dcp_io, distributed
 # in its next trainer's mesh, and a cached decision would bring back the old mesh with its old
 # coordinate. The count is not reset with the process, so a name never repeats in it.
 _MESH_NAMES = (f"raysgd-shard-{n}" for n in itertools.count())
+_UNSET = object()
 
 
 def _layout(tensor: DTensor):
@@ -73,6 +75,8 @@ class FSDPStrategy:
         self.mp_policy = MixedPrecisionPolicy(
             param_dtype=dtype, reduce_dtype=(spec.reduce_dtype or torch.float32) if dtype else None)
         self._skeletons: List[nn.Module] = []
+        self._checkpoint_group: Any = _UNSET  # DCP's own gloo group, made at the first save
+        self._last_write: Optional[dcp_io.ShardWrite] = None
 
     # ------------------------------------------------------------ set-up
     def place(self, models: List[nn.Module]) -> List[nn.Module]:
@@ -181,11 +185,16 @@ class FSDPStrategy:
                  "optimizers": [_gathered(o.state_dict(), keep) for o in optimizers]}
         return state if keep else None
 
-    def save_sharded(self, models: list, optimizers: list, path: str) -> Dict[str, Any]:
-        """This rank's shards in DCP format into the local directory ``path`` (a collective;
-        a sharded disk checkpoint, ``raysgd.worker.staging``); returns what a load needs
-        besides the files."""
-        return dcp_io.save(models, optimizers, path)
+    def save_sharded(self, models: list, optimizers: list, path: str) -> dcp_io.ShardWrite:
+        """Start writing this rank's shards in DCP format into the local directory ``path``
+        (a collective; a sharded disk checkpoint, ``raysgd.worker.staging``), off the
+        training path once the state is copied; the previous write finishes first."""
+        if self._checkpoint_group is _UNSET:  # every rank's first save: a collective too
+            self._checkpoint_group = None if os.environ.get(dcp_io.SYNC_ENV) == "1" \
+                else dcp_io.checkpoint_group()
+        self._last_write = dcp_io.save(models, optimizers, path, self._checkpoint_group,
+                                       self._last_write)
+        return self._last_write
 
     def load(self, models: list, optimizers: list, primary: Dict[str, Any],
              sources: Sequence[Dict[str, Any]]) -> None:

@@ -7,9 +7,14 @@ shards with DCP (a collective) and its own small part into a local directory, an
 driver's disk writer fetches the files (``staged_files``, from the actor's ``copies``
 thread) into ``checkpoint_dir``. The newest ``KEEP`` steps stay staged; the driver takes a
 step soon after its commit.
+
+DCP writes the shards in the background (``raysgd.worker.dcp_io.save``): a staged step is
+complete once its write is, and ``staged_files`` waits for that on the copies thread, never
+on the training thread.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -22,9 +27,9 @@ from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.dirblob import DirBlob, pack_dir
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
-from raysgd.storage.store import replace_dir
 
 KEEP = 3
+CLOSE_WAIT_S = 2.0  # a write still running at close (a peer died mid-write) is abandoned
 PREFIX = "raysgd-staged-"
 OWNER = ".owner"  # locked (flock) by the owning process for as long as it lives
 
@@ -53,45 +58,69 @@ class DiskStaging:
         remove_orphans(tempfile.gettempdir())
         self.root = tempfile.mkdtemp(prefix=PREFIX)
         self._owner = _own(self.root)
-        self._lock = threading.Lock()  # the training thread swaps, the copies thread reads
-        self._steps: list = []
+        self._lock = threading.Lock()  # the training thread stages, the copies thread reads
+        self._writes: Dict[int, Any] = {}  # staged step -> its write (wait() once complete)
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
               save_shards: Callable[[str], Any]) -> None:
-        """Stage the commit of ``step`` if it goes to disk: ``save_shards(path)`` writes the
-        models and optimizers with DCP (and returns what a load needs besides the files),
-        ``state`` (the commit's content) gives the rest."""
+        """Stage the commit of ``step`` if it goes to disk: ``save_shards(path)`` starts
+        writing the models and optimizers with DCP and returns the write (its ``extra``:
+        what a load needs besides the files; a plain dict when written already), ``state``
+        (the commit's content) gives the rest."""
         if not self.schedule.due(step, call_end):
             return
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.root)
-        extra = save_shards(tmp) or {}  # every rank at the same commit: DCP plans collectively
+        with self._lock:
+            earlier = self._writes.pop(step, None)  # the same step again: a state change
+        if earlier is not None:
+            _wait(earlier)
+            shutil.rmtree(self._path(step), ignore_errors=True)
+        path = self._path(step)
+        os.makedirs(path)
+        write = save_shards(path)  # every rank at the same commit: DCP plans collectively
         part = {key: value for key, value in state.items() if key != "shards"}
         if self.rank == 0:  # with what the whole checkpoint holds, as rank 0's commit does
             shards = state.get("shards", {})
             part[SHARDED_KEY] = {"models": len(shards.get("models", [])),
-                                 "optimizers": len(shards.get("optimizers", [])), **extra}
-        checkpoint_io.write_atomic(os.path.join(tmp, RANK_FILE.format(rank=self.rank)),
+                                 "optimizers": len(shards.get("optimizers", [])),
+                                 **(getattr(write, "extra", write) or {})}
+        checkpoint_io.write_atomic(os.path.join(path, RANK_FILE.format(rank=self.rank)),
                                    checkpoint_io.to_bytes(part))
         with self._lock:
-            replace_dir(tmp, self._path(step))
-            self._steps = [s for s in self._steps if s != step] + [step]
-            for old in self._steps[:-KEEP]:
+            self._writes[step] = write
+            for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
+                self._writes.pop(old)
                 shutil.rmtree(self._path(old), ignore_errors=True)
-            self._steps = self._steps[-KEEP:]
 
     def staged_files(self, step: int) -> DirBlob:
         with self._lock:
-            if step not in self._steps:
+            write = self._writes.get(step)
+            if write is None:
                 raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
-                                      f"{step} (it keeps steps {self._steps})")
+                                      f"{step} (it keeps steps {sorted(self._writes)})")
+        _wait(write)  # the shards' write may still run: here, on the copies thread
+        with self._lock:
+            if self._writes.get(step) is not write:
+                raise CheckpointError(f"rank {self.rank} replaced its staged checkpoint of "
+                                      f"step {step} while it was read")
             return pack_dir(self._path(step))
 
     def close(self) -> None:
+        with self._lock:
+            writes, self._writes = list(self._writes.values()), {}
+        for write in writes:
+            with contextlib.suppress(Exception):
+                _wait(write, CLOSE_WAIT_S)
         shutil.rmtree(self.root, ignore_errors=True)
         self._owner.close()
 
     def _path(self, step: int) -> str:
         return os.path.join(self.root, f"step-{step}")
+
+
+def _wait(write: Any, timeout_s: Optional[float] = None) -> None:
+    """Wait for a staged write (``dcp_io.ShardWrite``; a plain dict was written at once)."""
+    if hasattr(write, "wait"):
+        write.wait(timeout_s)
 
 
 def _own(root: str) -> IO:

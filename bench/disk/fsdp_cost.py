@@ -1,0 +1,82 @@
+"""What FSDP checkpoints every 20 steps cost an epoch, to local disk or to S3.
+
+Under FSDP the ranks write the checkpoint (each its own shards, with DCP), so the writer
+cannot be switched off inside one trainer as ``cost.py`` does for DDP. Two trainers live
+side by side instead, on the same Ray, the same model and data, both committing every 20
+steps: one without ``checkpoint_dir``, one writing every 20 steps. Blocks of epochs
+alternate between them; before each block the writing trainer's checkpoints are flushed,
+so nothing spills into the other's block, and the block starts with an untimed epoch, so
+its first timed epoch carries the previous call-end write as in a real run.
+
+``sync=True`` makes the ranks write their shards on the training path (``dcp.save``, as
+before ``dcp.async_save``; ``raysgd.worker.dcp_io.SYNC_ENV``), for the comparison.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any, Dict
+
+from raysgd import FSDP, TorchTrainer
+from raysgd.utils import BATCH_SIZE
+from raysgd.worker.dcp_io import SYNC_ENV
+
+from bench.fsdp.bench_operator import FSDPBenchOperator
+from bench.fsdp.model import Block
+
+EVERY = 20  # steps between checkpoints
+
+
+def _trainer(mode: str, **kwargs) -> TorchTrainer:
+    """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 64 steps an epoch
+    per rank (2,048 samples, 16 per rank and step; quick: 512 samples, 4)."""
+    quick = mode == "quick"
+    return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False,
+                        strategy=FSDP(units=Block),
+                        config={BATCH_SIZE: 4 if quick else 16, "mode": "quick" if quick else "full"},
+                        checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
+
+
+def _set_sync(trainer: TorchTrainer) -> None:
+    # Read by each rank at its first checkpoint; a pooled process's environment is reset
+    # when its trainer shuts down, so the next trainer writes asynchronously again.
+    trainer.apply_all_workers(lambda: os.environ.__setitem__(SYNC_ENV, "1"))
+
+
+def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str, sync: bool = False,
+            storage_filesystem: Any = None) -> Dict[str, Any]:
+    plain = _trainer(mode)
+    disk = _trainer(mode, checkpoint_dir=checkpoint_dir, storage_filesystem=storage_filesystem,
+                    checkpoint_every_n_steps_to_disk=EVERY, keep_checkpoints=2)
+    if sync:
+        _set_sync(disk)
+    writer = disk._recorder.checkpointer
+    times: Dict[str, list] = {"none": [], "disk": []}
+    try:
+        plain.train()  # warm-up of both
+        disk.train()
+        for block in range(2 * blocks):
+            kind = "disk" if block % 2 == 0 else "none"
+            trainer = disk if kind == "disk" else plain
+            writer.flush()
+            trainer.train()  # untimed: the call-end write overlaps the next epoch
+            for _ in range(epochs):
+                start = time.perf_counter()
+                trainer.train()
+                times[kind].append(time.perf_counter() - start)
+        writer.flush()
+        steps = disk._supervisor.commit.step
+        directory = disk._recorder.directory
+        latest = directory.entries()[-1]["file"]
+        size = sum(len(directory.store.read(f"{latest}/{rel}"))
+                   for rel in directory.store.files(latest)) / 2 ** 20
+    finally:
+        disk.shutdown()
+        plain.shutdown()
+    none, with_disk = statistics.median(times["none"]), statistics.median(times["disk"])
+    return {"epoch_s_none": none, "epoch_s_disk": with_disk, "cost": with_disk / none - 1,
+            "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
+            "write_s": statistics.median(writer.write_seconds),
+            "writes": len(writer.write_seconds), "checkpoint_mib": size, "sync": sync,
+            "every_n_steps": EVERY, "steps": steps, "epochs_timed": len(times["disk"])}
