@@ -2,6 +2,7 @@
 fake worker group and a scripted drain map: no Ray. The 3-node run with Ray's real drain
 API is ``cluster_preemption.py``."""
 import random
+import time
 
 from raysgd.driver.preemption import DrainWatch
 from raysgd.driver.recovery import RecoveryPolicy
@@ -151,3 +152,25 @@ def test_a_drain_that_ends_and_comes_again_is_acted_on_again():
     world.draining = {"a": 0}
     sup.train(None, False, None, None)
     assert group.replaced == [([0, 1], {"a"})] and sup.stats.preemptions == 1
+
+
+def test_the_drivers_own_drain_stops_once_saves_that_commit_and_trains_on():
+    """Nothing moves the driver: the ranks stop at one step, the trainer's callback gets
+    that commit (it writes it to checkpoint_dir), and the call resumes where it stopped."""
+    world = World({}, drain_in_call={"driver-node": int((time.time() + 30) * 1000)})
+    saved = []
+    policy = RecoveryPolicy(FailureConfig(backoff_base_s=0, jitter=0), 2, rng=random.Random(0))
+    sup = Supervisor(world.make_group, 2, policy, timeout_s=60,
+                     drains=DrainWatch(lambda: dict(world.draining), every_s=0.0),
+                     on_driver_drain=lambda commit, left: saved.append((commit.step, left)))
+    sup._driver_node = "driver-node"  # no Ray here: the node this driver would be on
+    sup.start()
+    group = world.groups[0]
+    assert sup.train(None, False, None, None)[0] == {"end": 10}
+    assert group.stop_asked == 1 and [step for step, _ in saved] == [5]
+    assert 20 < saved[0][1] <= 30  # seconds left before the deadline
+    assert group.restored == [5] and group.replaced == []
+    assert world.calls == [(None, False), (None, True)]
+    assert sup.stats.preemptions == 0 and sup.stats.handover_times_s == []
+    sup.train(None, False, None, None)
+    assert group.stop_asked == 1 and len(saved) == 1  # once per drain

@@ -230,3 +230,18 @@ def test_local_stores_keep_rename_semantics(tmp_path):
     assert store.names() == []  # neither a checkpoint nor a temporary directory
     store.write("a/b.bin", torch.zeros(1).numpy().tobytes())
     assert store.files("a") == ["b.bin"]
+
+
+def test_save_now_writes_an_off_schedule_commit_and_waits_for_it(s3_run):
+    """The driver's node drains: the commit of the stop goes to storage whatever the disk
+    schedule (in-epoch commits are not on it here), staged first under a sharding strategy."""
+    directory = CheckpointDirectory(open_store(s3_run), keep=10)
+    source = CommitFiles(lambda snaps: list(snaps))
+    staged = []
+    source.stage_now = lambda: staged.append(True)
+    writer = DiskCheckpointer(directory, source, "m.Op")  # call ends only
+    writer.commit_moved(_commit(7, 7.0), in_epoch=True)  # not on the schedule: skipped
+    assert writer.flush(10) and directory.entries() == []
+    assert writer.save_now(_commit(7, 7.0), timeout_s=30)
+    assert staged == [True] and [e["step"] for e in directory.entries()] == [7]
+    writer.close()

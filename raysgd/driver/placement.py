@@ -49,6 +49,13 @@ def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
+def driver_node() -> Optional[str]:
+    """The node id (hex) of this driver process, or None without Ray or under Ray Client."""
+    if not ray.is_initialized() or driver_is_ray_client():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
 def draining_nodes() -> Dict[str, int]:
     """Nodes Ray is draining (``ray drain-node``, as KubeRay and the autoscaler call it for a
     preemption): ``{node id hex: deadline in epoch ms}``, 0 for no deadline. Under Ray

@@ -20,6 +20,11 @@ acted on again): when it goes, that is a lost node, recovered from the newest co
 (at most one commit interval lost) and the group shrinks if it must. When the move
 fails half-way, every rank restarts off the draining nodes at the commit, fewer if need
 be. Spares on a draining node are stopped and started elsewhere.
+
+When the driver's own node drains, nothing can move the driver: the ranks stop at one
+step boundary in the same way, and ``on_driver_drain(commit)`` (the trainer's) writes
+that commit to ``checkpoint_dir`` at once, before training goes on. Started again on a
+new cluster, the same script resumes from it.
 """
 from __future__ import annotations
 
@@ -72,8 +77,12 @@ class Preemption:
     ``self.commit``, ``self.policy``, ``self._restore``, ``self._relaunch`` and
     ``self._recover``."""
 
-    def _init_preemption(self, drains: Optional[DrainWatch] = None) -> None:
+    def _init_preemption(self, drains: Optional[DrainWatch] = None,
+                         on_driver_drain: Optional[Callable] = None) -> None:
         self.drains = drains or DrainWatch()
+        self.on_driver_drain = on_driver_drain or (lambda commit, seconds_left: None)
+        self._driver_node = placement.driver_node()
+        self._driver_saved: set = set()  # the driver's drains whose checkpoint was written
         self._stopping = False  # a stop was agreed in the running call
         self._next_try = 0.0  # no new agreement before this (monotonic) after one failed
         self._declined: set = set()  # draining nodes whose ranks found no room elsewhere
@@ -88,9 +97,16 @@ class Preemption:
             return []
         return ranks_on(self.group.rank_nodes, acting, 1 if self.local_ranks else 0)
 
+    def _driver_draining(self) -> bool:
+        """The driver's node drains, and its checkpoint was not written yet."""
+        return self._driver_node in self.drains.draining and \
+            self._driver_node not in self._driver_saved
+
     def _watch_drains(self) -> None:
-        """Every tick of a running ``train()``: a draining node holds ranks → stop there."""
-        if self._stopping or time.monotonic() < self._next_try or not self._moving_ranks():
+        """Every tick of a running ``train()``: a draining node holds ranks, or is the
+        driver's → stop there."""
+        if self._stopping or time.monotonic() < self._next_try or \
+                not (self._moving_ranks() or self._driver_draining()):
             return
         noticed = self._noticed_at or time.time()
         step = self.group.agree_stop()
@@ -117,6 +133,8 @@ class Preemption:
         resumption starts from it."""
         self._stopping = False
         moving = self._moving_ranks(force=True)
+        if self._driver_draining():
+            self._save_for_driver_drain()
         if self.drains.draining and self.group.spares_on(self.drains.draining):
             logger.info("raysgd: stopped the spare(s) on draining node(s) %s", self._describe())
         if moving and not self.group.movable(moving):
@@ -124,8 +142,9 @@ class Preemption:
                           "trial's reservation, or reuse_workers=False)")
             moving = []
         if not moving:
-            if stopped:  # nothing to move after all (the drain ended): resume in place
-                self._restore(self.group)
+            self._noticed_at = None  # no hand-over to time
+            if stopped:  # nothing to move (the drain ended, or only the driver's node
+                self._restore(self.group)  # drains): resume in place
             return
         noticed = self._noticed_at or time.time()
         logger.warning("raysgd: node(s) %s drain for preemption; moving rank(s) %s of %d at "
@@ -147,6 +166,15 @@ class Preemption:
             self._restart_off_draining()
         self.stats.preemptions += 1
         self._noticed_at = noticed  # the next completed step closes the hand-over's time
+
+    def _save_for_driver_drain(self) -> None:
+        """The driver goes with its node: the commit (current here) to storage, now."""
+        self._driver_saved.add(self._driver_node)
+        left = seconds_left(self.drains.draining[self._driver_node])
+        logger.warning("raysgd: the driver's node %s drains for preemption; writing the "
+                       "commit of step %d to checkpoint_dir now", self._describe(),
+                       self.commit.step)
+        self.on_driver_drain(self.commit, left)
 
     def _decline(self, moving: List[int], why: str) -> None:
         """The ranks train on where they are, from the commit just taken; the node is not

@@ -181,6 +181,21 @@ class RunRecorder:
     def commit_moved(self, commit: Any, in_epoch: bool) -> None:
         self.checkpointer.commit_moved(commit, in_epoch)
 
+    def save_now(self, commit: Any, seconds_left: Optional[float]) -> None:
+        """The driver's node drains: ``commit`` to storage before the node goes."""
+        if self.directory is None:
+            logger.warning("raysgd: the driver's node drains and this trainer has no "
+                           "checkpoint_dir, so its state goes with the node; pass "
+                           "checkpoint_dir= (storage that outlives the node, e.g. s3://...)")
+            return
+        timeout = max(1.0, 0.8 * seconds_left) if seconds_left is not None else 120.0
+        if self.checkpointer.save_now(commit, timeout):
+            logger.warning("raysgd: the checkpoint of step %d is in %s; run the same script on "
+                           "a new cluster to resume from it", commit.step, self.directory.path)
+        else:
+            logger.warning("raysgd: the checkpoint of step %d did not reach %s within %.0f s",
+                           commit.step, self.directory.path, timeout or 0)
+
     def record(self, phase: str, metrics: Dict[str, Any], step: int, epoch: int,
                seconds: float, commit: Any) -> None:
         """A train/validate call's reduced metrics: to the loggers, and scored for ``best``."""

@@ -35,5 +35,6 @@ def disk_source(staged: Optional[DiskSchedule], current_group: Callable[[], Any]
     """The ranks' staged shards where they write them (a sharding strategy's
     ``WorkerSettings.staged_disk``), else the commit's snapshots, fetched to the driver."""
     if staged is not None:
-        return StagedShards(lambda step: staged_parts(current_group(), step))
+        return StagedShards(lambda step: staged_parts(current_group(), step),
+                            stage_now=lambda: current_group().execute("stage_now"))
     return CommitFiles(fetch_to_driver)

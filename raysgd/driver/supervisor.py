@@ -66,7 +66,8 @@ class Supervisor(Preemption):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
                  on_commit: Optional[Callable[[Commit, bool], None]] = None,
-                 drains: Optional[DrainWatch] = None):
+                 drains: Optional[DrainWatch] = None,
+                 on_driver_drain: Optional[Callable[[Commit, Optional[float]], None]] = None):
         self.make_group = make_group
         # Told of every new commit (and whether it was taken inside a train() call).
         self.on_commit = on_commit or (lambda commit, in_epoch: None)
@@ -82,7 +83,8 @@ class Supervisor(Preemption):
         # landed yet (only groups whose copies cross nodes keep one).
         self._fallback: Optional[Commit] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
-        self._init_preemption(drains)  # Ray's draining nodes (a test passes its own)
+        # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
+        self._init_preemption(drains, on_driver_drain)
 
     def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
         """Start the workers, at ``resume_from`` = (step, epochs done, snapshot dicts) if given.

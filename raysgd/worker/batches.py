@@ -1,7 +1,7 @@
 """Batches: checking their shape, moving them to a device, cutting them into micro-batches."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -76,3 +76,11 @@ def split_batch(batch: Any, num: int) -> list:
     bounds = list(zip(edges[:-1], edges[1:]))
     return [(piece, (stop - start) / total)
             for piece, (start, stop) in zip(_split(batch, bounds), bounds)]
+
+
+def batch_count(iterable: Any, before: int = 0) -> Optional[int]:
+    """Batches in a call (``before`` of them done earlier), or None when unknown."""
+    try:
+        return before + len(iterable)
+    except TypeError:
+        return None

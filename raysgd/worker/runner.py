@@ -24,7 +24,7 @@ from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import distributed, rng
-from raysgd.worker.batches import map_tensors
+from raysgd.worker.batches import batch_count, map_tensors
 from raysgd.worker.handoff import CommitHandoff
 from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
@@ -38,14 +38,6 @@ from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
 WHERE_AFTER_S = 0.5  # idle this long before a progress report says where the rank is
-
-
-def _length(iterable: Any, before: int = 0) -> Optional[int]:
-    """Batches in a call (``before`` of them done earlier), or None when unknown."""
-    try:
-        return before + len(iterable)
-    except TypeError:
-        return None
 
 
 def _unpacked(state: Dict[str, Any]) -> Dict[str, Any]:
@@ -154,7 +146,7 @@ class WorkerRunner:
         epoch_idx = self._passes.epoch  # passes started before this call
         info = call_info(info, num_steps, epoch_idx, self.settings)
         iterator = self._passes.take(num_steps, self._before_batch, resume=resume)
-        self.events.begin("train", _length(iterator, self._call_done_base), self._call_done_base)
+        self.events.begin("train", batch_count(iterator, self._call_done_base), self._call_done_base)
         metrics = call_metrics(self._train_epoch(iterator, info, num_steps, epoch_idx), operator,
                                "train_epoch")
         self._note_first_step(iterator.done)
@@ -179,7 +171,7 @@ class WorkerRunner:
         passes = self._val_passes
         take = passes.take if passes.replayable else passes.take_new_pass
         iterator = take(num_steps, self._tick)
-        self.events.begin("validate", _length(iterator))
+        self.events.begin("validate", batch_count(iterator))
         # Validation must not move the training RNGs (its loader draws a seed),
         # so a run trains the same however often it validates, and a commit
         # taken after train() is still exact after validate().
@@ -300,19 +292,24 @@ class WorkerRunner:
         """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
         meters = getattr(self.operator, "_meters", None)
         state = self._commit_state()
-        op = self.operator
-        self._staging.stage(self._passes.steps, not call_done, state,
-                            lambda path: op._context.strategy.save_sharded(
-                                op._original_models, op._optimizers, path))
+        self._stage(state, call_end=not call_done)
         return {"step": self._passes.steps, "call_done": call_done,
                 "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
                 "state": pack_tensors(state),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
+    def _stage(self, state: Dict[str, Any], call_end: bool) -> None:
+        op = self.operator
+        self._staging.stage(self._passes.steps, call_end, state, lambda path: op._context.
+                            strategy.save_sharded(op._original_models, op._optimizers, path))
+
+    def stage_now(self) -> None:
+        """Stage a sharded checkpoint of this step off schedule (the driver's node drains)."""
+        self._stage(self._commit_state(), call_end=True)
+
     def staged_files(self, step: int) -> Dict[str, bytes]:
-        """The files this rank staged for the sharded disk checkpoint of ``step``."""
-        return self._staging.staged_files(step)
+        return self._staging.staged_files(step)  # staged for the checkpoint of ``step``
 
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
                 *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:
