@@ -21,10 +21,11 @@ from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.disk_checkpoints import CommitFiles, DiskCheckpointer
-from raysgd.state.sharded_dir import RUN_FILE, write_dir
+from raysgd.state.dirblob import list_files
+from raysgd.state.sharded_dir import RUN_FILE, read_dir, write_dir
 from raysgd.storage.mirror import LogMirror
 from raysgd.storage.probe import check_store, hint_for
-from raysgd.storage.store import ArrowStore, LocalStore, open_store, split_target
+from raysgd.storage.store import ArrowStore, FileRef, LocalStore, open_store, split_target
 from test_checkpoint_dir import _bytes, _commit
 from s3_server import free_port
 from test_sharded_dir import _meta, _parts
@@ -245,3 +246,27 @@ def test_save_now_writes_an_off_schedule_commit_and_waits_for_it(s3_run):
     assert writer.save_now(_commit(7, 7.0), timeout_s=30)
     assert staged == [True] and [e["step"] for e in directory.entries()] == [7]
     writer.close()
+
+
+def test_staged_files_on_the_drivers_node_are_linked_or_uploaded_by_path(s3_run, tmp_path):
+    """A rank on the driver's node names its files (FileRef): a local run directory links
+    them, S3 gets them streamed from the file; the directory reads back the same."""
+    staged = tmp_path / "staged"
+    parts = []
+    for rank, blob in enumerate(_parts(4)):
+        for name, data in blob.items():
+            (staged / str(rank) / name).parent.mkdir(parents=True, exist_ok=True)
+            (staged / str(rank) / name).write_bytes(data)
+        parts.append(list_files(str(staged / str(rank))))
+    assert all(isinstance(ref, FileRef) for part in parts for ref in part.values())
+    local = LocalStore(str(tmp_path / "run"))
+    write_dir(iter(parts), _meta(4), local, "checkpoint-000001")
+    linked = tmp_path / "run" / "checkpoint-000001" / "__0_0.distcp"
+    assert os.stat(linked).st_ino == os.stat(staged / "0" / "__0_0.distcp").st_ino  # no copy
+    remote = open_store(s3_run)
+    write_dir(iter(parts), _meta(4), remote, "checkpoint-000001")
+    for store in (local, remote):
+        meta, read = read_dir(store, "checkpoint-000001")
+        assert meta["step"] == 4 and [p["global_step"] for p in read] == [4, 4]
+        assert read[0]["sharded"]["files"]["__1_0.distcp"] == \
+            (staged / "1" / "__1_0.distcp").read_bytes()

@@ -134,3 +134,32 @@ def test_an_fsdp_checkpoint_on_s3_resumes_and_plain_torch_reads_it(ray_cpus, s3_
             assert pairs and all(torch.equal(a, b) for a, b in pairs)
     finally:
         resumed.shutdown()
+
+
+def test_the_drivers_node_draining_writes_that_step_to_storage_at_once(trainer_factory,
+                                                                       s3_run, tmp_path):
+    """The notice comes from the drain watch (here given the driver's own node once rank 0
+    is past step 5, as Ray's draining-node list would after `ray drain-node`): the ranks
+    stop at one step, that step's checkpoint reaches S3 though no in-epoch checkpoint is on
+    the disk schedule, and the call then finishes its pass."""
+    from operators_for_tests import FaultyOperator, read_step
+    from raysgd.driver import placement
+    from raysgd.driver.preemption import DrainWatch
+
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    trainer = trainer_factory(FaultyOperator, checkpoint_dir=s3_run, checkpoint_every_n_steps=2,
+                              config={BATCH_SIZE: 32, "data_size": 1280, "sleep_s": 0.05,
+                                      "pid_dir": str(pid_dir)})
+    node = placement.driver_node()
+    deadline_ms = int((time.time() + 60) * 1000)
+    trainer._supervisor.drains = DrainWatch(
+        lambda: {node: deadline_ms} if read_step(str(pid_dir)) >= 5 else {}, every_s=0.0)
+    trainer.train()
+    trainer._recorder.checkpointer.flush(30)  # the call-end checkpoint follows the call
+    steps = [entry["step"] for entry in _directory(s3_run).entries()]
+    assert steps[-1] == 40 and len(steps) == 2 and 5 <= steps[0] < 40, steps  # the stop's
+    assert trainer.recovery_stats.preemptions == 0 and trainer.epoch == 1
+    trainer.train()  # once per drain: no second stop
+    trainer._recorder.checkpointer.flush(30)
+    assert [entry["step"] for entry in _directory(s3_run).entries()] == steps + [80]

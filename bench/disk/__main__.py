@@ -38,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 round (CI smoke)")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--cases", nargs="*", default=None,
+                        help="only these cost cases (names as in the table); skips the resume part")
     return parser.parse_args(argv)
 
 
@@ -53,16 +55,27 @@ def _costs(args, mode, tmp) -> dict:
     s3 = LocalS3()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        costs = {"ddp mlp, local": (cost.measure("mlp", mode, blocks, 2, tmp), DDP_TARGET),
-                 "ddp mlp, s3": (cost.measure("mlp", mode, blocks, 2, tmp, s3.new_run()),
-                                 DDP_TARGET),
-                 "ddp digits, local": (cost.measure("digits", mode, blocks,
-                                                    2 if args.quick else 8, tmp), DIGITS_TARGET)}
-        for name, where, sync in (("fsdp every 20, local", os.path.join(tmp, "fsdp"), False),
-                                  ("fsdp every 20, s3", s3.new_run(), False),
-                                  ("fsdp every 20, local, sync", os.path.join(tmp, "sync"), True)):
-            costs[name] = (fsdp_cost.measure(mode, fsdp_blocks, 2, where, sync=sync),
-                           FSDP_TARGET)
+        cases = (("ddp mlp, local", DDP_TARGET, lambda: cost.measure("mlp", mode, blocks, 2, tmp)),
+                 ("ddp mlp, s3", DDP_TARGET,
+                  lambda: cost.measure("mlp", mode, blocks, 2, tmp, s3.new_run())),
+                 ("ddp digits, local", DIGITS_TARGET, lambda: cost.measure(
+                     "digits", mode, blocks, 2 if args.quick else 8, tmp)),
+                 ("fsdp every 20, local", FSDP_TARGET, lambda: fsdp_cost.measure(
+                     mode, fsdp_blocks, 2, os.path.join(tmp, "fsdp"))),
+                 ("fsdp every 20, s3", FSDP_TARGET, lambda: fsdp_cost.measure(
+                     mode, fsdp_blocks, 2, s3.new_run())),
+                 ("fsdp every 20, local, sync", FSDP_TARGET, lambda: fsdp_cost.measure(
+                     mode, fsdp_blocks, 2, os.path.join(tmp, "sync"), sync=True)))
+        costs = {}
+        for name, target, run in cases:
+            if args.cases and name not in args.cases:
+                continue
+            endpoint_before = s3.cpu_seconds()
+            figures = run()
+            if ", s3" in name:  # what the local endpoint took, which a remote one would not
+                figures["endpoint_cpu_s"] = s3.cpu_seconds() - endpoint_before
+            costs[name] = (figures, target)
+            print(f"{name}: {100 * figures['cost']:+.1f} %", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
         s3.stop()
@@ -83,23 +96,25 @@ def main(argv=None) -> int:
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="raysgd-bench-disk-") as tmp:
         costs = _costs(args, mode, tmp)
-        resumes = resume.measure(tmp, mode, 4 if args.quick else 16, rounds)
+        resumes = [] if args.cases else resume.measure(tmp, mode, 4 if args.quick else 16, rounds)
     print(tabulate([[case, f"{c['epoch_s_none']:.3f}", f"{c['epoch_s_disk']:.3f}",
                      f"{100 * c['cost']:+.1f} %",
                      f"{100 * c['cpu_share']:.1f} %" if "cpu_share" in c else "-",
                      f"<= {100 * target:.0f} %", _met(c, target) if not c.get("sync") else "-",
-                     f"{c['write_s'] * 1000:.0f}", f"{c['checkpoint_mib']:.1f}"]
+                     f"{c['write_s'] * 1000:.0f}", f"{c['checkpoint_mib']:.1f}",
+                     f"{c['endpoint_cpu_s']:.1f}" if "endpoint_cpu_s" in c else "-"]
                     for case, (c, target) in costs.items()],
                    headers=["workload, storage", "epoch (s) none", "epoch (s) checkpoints",
                             "cost (wall)", "writer CPU / epoch", "target", "met",
-                            "write (ms)", "checkpoint (MiB)"]))
+                            "write (ms)", "checkpoint (MiB)", "endpoint CPU (s)"]))
     print()
-    print(tabulate([[f"{_median(resumes, 'fresh_first_step_s'):.2f}",
-                     f"{_median(resumes, 'resumed_first_step_s'):.2f}",
-                     f"{_median(resumes, 'steps_rerun'):.0f}", resumes[0]["disk_interval"],
-                     all(r["final_step"] == r["expected_final_step"] for r in resumes)]],
-                   headers=["fresh launch → first step (s)", "resumed launch → first step (s)",
-                            "steps re-run", "disk interval", "finished"]))
+    if resumes:
+        print(tabulate([[f"{_median(resumes, 'fresh_first_step_s'):.2f}",
+                         f"{_median(resumes, 'resumed_first_step_s'):.2f}",
+                         f"{_median(resumes, 'steps_rerun'):.0f}", resumes[0]["disk_interval"],
+                         all(r["final_step"] == r["expected_final_step"] for r in resumes)]],
+                       headers=["fresh launch → first step (s)", "resumed launch → first step (s)",
+                                "steps re-run", "disk interval", "finished"]))
     write_json(args.out, {"meta": metadata_block({"mode": mode, "rounds": rounds}),
                           "cost": {case: dict(c, target=t) for case, (c, t) in costs.items()},
                           "resume": resumes})

@@ -30,11 +30,11 @@ EVERY = 20  # steps between checkpoints
 
 def _trainer(mode: str, **kwargs) -> TorchTrainer:
     """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 64 steps an epoch
-    per rank (2,048 samples, 16 per rank and step; quick: 512 samples, 4)."""
+    per rank (2,048 samples, 16 per rank and step; quick: 32 steps, 512 samples, 8)."""
     quick = mode == "quick"
     return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False,
                         strategy=FSDP(units=Block),
-                        config={BATCH_SIZE: 4 if quick else 16, "mode": "quick" if quick else "full"},
+                        config={BATCH_SIZE: 8 if quick else 16, "mode": "quick" if quick else "full"},
                         checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
 
 

@@ -93,8 +93,8 @@ class Preemption:
         self._declined &= set(draining)  # a drain that ended and comes again is new
         acting = {node: deadline for node, deadline in draining.items()
                   if node not in self._declined}
-        if not acting:
-            return []
+        if not acting or self._driver_node in draining:
+            return []  # (the ranks go with the driver, wherever they are: nothing to move)
         return ranks_on(self.group.rank_nodes, acting, 1 if self.local_ranks else 0)
 
     def _driver_draining(self) -> bool:
@@ -114,8 +114,9 @@ class Preemption:
             self._next_try = time.monotonic() + self.drains.every_s
             return
         self._stopping, self._noticed_at = True, noticed
-        logger.warning("raysgd: stopping train() at step %d to move the ranks off "
-                       "draining node(s) %s", step, self._describe())
+        logger.warning("raysgd: stopping train() at step %d to %s draining node(s) %s", step,
+                       "checkpoint before the driver's" if self._driver_draining() else
+                       "move the ranks off", self._describe())
 
     def _hand_over_safely(self, stopped: bool = False) -> None:
         """:meth:`_hand_over_if_draining`; a worker failure meanwhile (the node went before

@@ -2,7 +2,9 @@
 files each rank staged for a sharded disk checkpoint (:func:`staged_parts`).
 
 Every rank wrote its part on its own node (``raysgd.worker.staging``); the disk writer's
-thread asks for them one rank at a time, so the driver holds one rank's files at once.
+thread asks for them one rank at a time, so the driver holds one rank's files at once. A
+rank on the driver's node sends the files' paths instead (``FileRef``): the store links
+them into a local ``checkpoint_dir`` or uploads them from there, with no copy through Ray.
 The calls run in the workers' ``copies`` thread, beside training.
 """
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import ray
 
+from raysgd.driver import placement
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.errors import CheckpointError
 from raysgd.state.dirblob import DirBlob
@@ -26,9 +29,13 @@ def staged_parts(group: Any, step: int) -> Iterator[DirBlob]:
         raise CheckpointError(f"the workers are being replaced; the checkpoint of step {step} "
                               "is skipped and the next one is written")
     if group.local_runner is not None:
-        yield group.local_runner.staged_files(step)
-    for actor in list(group.actors):
-        yield ray.get(actor.staged_files.remote(step), timeout=FETCH_TIMEOUT_S)
+        yield group.local_runner.staged_files(step, by_path=True)
+    here = placement.driver_node()
+    first = 1 if group.local_runner is not None else 0
+    for rank, actor in enumerate(list(group.actors), start=first):
+        # A rank on the driver's node names its files: linked or uploaded from there.
+        by_path = group.rank_nodes[rank] == here
+        yield ray.get(actor.staged_files.remote(step, by_path), timeout=FETCH_TIMEOUT_S)
 
 
 def disk_source(staged: Optional[DiskSchedule], current_group: Callable[[], Any]):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from typing import Dict
 
+from raysgd.storage.store import FileRef
+
 DirBlob = Dict[str, bytes]  # path relative to the directory -> file contents
+
+
+def list_files(path: str) -> Dict[str, FileRef]:
+    """Like :func:`pack_dir`, but the files' paths instead of their contents."""
+    return {os.path.relpath(os.path.join(root, name), path): FileRef(os.path.join(root, name))
+            for root, _dirs, files in os.walk(path) for name in files}
 
 
 def pack_dir(path: str) -> DirBlob:

@@ -22,15 +22,23 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
 from raysgd.errors import ConfigError
 
 # Schemes pyarrow opens (Ray Train's storage_path takes the same ones).
 SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file", "mock")
+
+
+class FileRef(str):
+    """A file on the reader's own node, named instead of sent: a staged checkpoint's part
+    that the driver links or uploads from where the rank wrote it (no copy through Ray)."""
+
+
 OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow's type_name of stores without directories
-PutFile = Callable[[str, bytes], None]
+Data = Union[bytes, FileRef]  # a file's contents, or a file on this node to take them from
+PutFile = Callable[[str, Data], None]
 
 
 def is_uri(target: Any) -> bool:
@@ -205,11 +213,14 @@ class LocalStore(Store):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".tmp-", suffix=".raysgd", dir=os.path.dirname(target))
 
-        def put(name: str, data: bytes) -> None:
+        def put(name: str, data: Data) -> None:
             full = os.path.realpath(os.path.join(tmp, name))
             if not full.startswith(os.path.realpath(tmp) + os.sep):
                 raise ValueError(f"checkpoint file {name!r} points outside {target}")
             os.makedirs(os.path.dirname(full), exist_ok=True)
+            if isinstance(data, FileRef):
+                _link_or_copy(data, full)
+                return
             with open(full, "wb") as handle:
                 handle.write(data)
 
@@ -235,10 +246,13 @@ class ArrowStore(Store):
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: Data) -> None:
         path = self.path(rel)
         if self.fs.type_name not in OBJECT_STORES:  # HDFS and the like want the directory
             self.fs.create_dir(path.rpartition("/")[0], recursive=True)
+        if isinstance(data, FileRef):
+            self._upload(rel, data)
+            return
         with self.fs.open_output_stream(path) as handle:
             handle.write(data)
 
@@ -292,6 +306,22 @@ class ArrowStore(Store):
     def building_dir(self, rel: str) -> Iterator[PutFile]:
         self.remove(rel)  # a leftover of a write cut short (it had no marker)
         yield lambda name, data: self.write(f"{rel}/{name}", data)
+
+    def _upload(self, rel: str, source: str) -> None:
+        import pyarrow.fs
+
+        # Streamed by pyarrow from the local file: the bytes never become Python objects.
+        pyarrow.fs.copy_files(source, self.path(rel),
+                              source_filesystem=pyarrow.fs.LocalFileSystem(),
+                              destination_filesystem=self.fs)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link (no copy) where both are on one filesystem, else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def write_atomic(path: str, data: bytes) -> str:

@@ -137,11 +137,11 @@ class _WorkerActor:
 
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged).
     @ray.method(concurrency_group="copies")
-    def staged_files(self, step: int) -> Dict[str, bytes]:
+    def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
         runner = self.runner  # release() may clear it meanwhile
         if runner is None:
             raise RuntimeError(f"rank {self.rank} has no runner, so no staged checkpoint")
-        return self.execute_fn(runner.staged_files, step)
+        return self.execute_fn(runner.staged_files, step, by_path)
 
 
 # Two commit threads: a request from a new call can enter while one left over

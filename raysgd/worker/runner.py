@@ -308,8 +308,8 @@ class WorkerRunner:
         """Stage a sharded checkpoint of this step off schedule (the driver's node drains)."""
         self._stage(self._commit_state(), call_end=True)
 
-    def staged_files(self, step: int) -> Dict[str, bytes]:
-        return self._staging.staged_files(step)  # staged for the checkpoint of ``step``
+    def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
+        return self._staging.staged_files(step, by_path)  # for the checkpoint of ``step``
 
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
                 *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:

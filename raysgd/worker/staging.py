@@ -24,7 +24,7 @@ from typing import IO, Any, Callable, Dict, Optional
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.dirblob import DirBlob, pack_dir
+from raysgd.state.dirblob import DirBlob, list_files, pack_dir
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
 
@@ -41,7 +41,7 @@ class NoStaging:
               save_shards: Callable[[str], Any]) -> None:
         pass
 
-    def staged_files(self, step: int) -> DirBlob:
+    def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
         raise CheckpointError("this rank stages no disk checkpoints (it runs without "
                               "checkpoint_dir or under a replicated strategy)")
 
@@ -91,7 +91,8 @@ class DiskStaging:
                 self._writes.pop(old)
                 shutil.rmtree(self._path(old), ignore_errors=True)
 
-    def staged_files(self, step: int) -> DirBlob:
+    def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
+        """The files of ``step`` (their paths with ``by_path``: a reader on this node)."""
         with self._lock:
             write = self._writes.get(step)
             if write is None:
@@ -102,7 +103,7 @@ class DiskStaging:
             if self._writes.get(step) is not write:
                 raise CheckpointError(f"rank {self.rank} replaced its staged checkpoint of "
                                       f"step {step} while it was read")
-            return pack_dir(self._path(step))
+            return list_files(self._path(step)) if by_path else pack_dir(self._path(step))
 
     def close(self) -> None:
         with self._lock:
