@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message up to its first line break (for one-line warnings)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 class RaySGDError(Exception):
     """Base class of every error raised by raysgd itself."""
 

@@ -221,15 +221,17 @@ def test_newer_pending_commit_replaces_an_unwritten_one(tmp_path):
 
 
 def test_a_write_the_storage_failed_is_reported_and_retried(tmp_path, caplog):
-    calls = []
+    directory = CheckpointDirectory(str(tmp_path))
+    real_write, calls = directory.store.write, []
 
-    def flaky_fetch(snaps):
-        calls.append(1)
+    def flaky_write(rel, data):
+        calls.append(rel)
         if len(calls) == 1:
             raise OSError("disk full")
-        return list(snaps)
+        return real_write(rel, data)
 
-    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), CommitFiles(flaky_fetch), "m.Op")
+    directory.store.write = flaky_write
+    writer = DiskCheckpointer(directory, CommitFiles(lambda snaps: list(snaps)), "m.Op")
     with caplog.at_level(logging.WARNING, logger="raysgd"):
         writer.commit_moved(_commit(1), in_epoch=False)
         writer.flush()
@@ -237,7 +239,19 @@ def test_a_write_the_storage_failed_is_reported_and_retried(tmp_path, caplog):
         writer.close()
     assert "disk full" in caplog.text and "retrying with backoff" in caplog.text
     assert [e["step"] for e in writer.directory.entries()] == [1, 2]  # the retry landed
-    assert len(calls) == 3 and writer.never_written == []
+    assert writer.never_written == []
+
+
+def test_a_commit_that_cannot_be_fetched_is_skipped_not_retried(tmp_path, caplog):
+    def lost(snaps):
+        raise TimeoutError("object lost")  # Ray's GetTimeoutError is an OSError too
+
+    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), CommitFiles(lost), "m.Op")
+    with caplog.at_level(logging.WARNING, logger="raysgd"):
+        writer.commit_moved(_commit(1), in_epoch=False)
+        assert writer.flush(10)
+    assert "could not be fetched" in caplog.text and "retrying" not in caplog.text
+    assert writer.close() == [] and writer.directory.entries() == []
 
 
 def test_best_checkpoint_follows_the_score(tmp_path):

@@ -227,3 +227,23 @@ def test_the_disk_writer_fetches_staged_shards_into_numbered_directories(tmp_pat
                                                           ("checkpoint-000002", 7)]
     with open(tmp_path / "checkpoint-000002" / RUN_FILE) as handle:
         assert json.load(handle)["epoch"] == 1
+
+
+def test_files_named_by_path_stay_readable_until_unpinned():
+    """A rank on the driver's node names its files (hard links of their own), so the rank
+    may rotate or replace the step while the driver still links or uploads them."""
+    from raysgd.state.dirblob import unpin
+
+    staging = DiskStaging(DiskSchedule(every_n_steps=1), rank=0)
+    try:
+        staging.stage(1, False, _state(0, 1), _fake_dcp(0))
+        refs = staging.staged_files(1, by_path=True)
+        for step in range(2, 6):  # step 1 rotates out (KEEP newest)
+            staging.stage(step, False, _state(0, step), _fake_dcp(0))
+        assert 1 not in staging._writes
+        part = checkpoint_io.from_bytes(open(refs["raysgd-rank0.pt"], "rb").read())
+        assert part["global_step"] == 1
+        unpin(refs)
+        assert not any(os.path.exists(path) for path in refs.values())
+    finally:
+        staging.close()

@@ -44,8 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _met(figures, target) -> str:
-    """Judged on the wall-clock cost and, where the driver writes, the writer's CPU share."""
-    return "yes" if max(figures["cost"], figures.get("cpu_share", 0.0)) <= target else "NO"
+    """Judged on the wall-clock cost and the CPU one (DDP: the writer thread's CPU share of
+    an epoch; FSDP: the CPU every process added)."""
+    cpu = figures.get("cpu_share", figures.get("cpu_cost", 0.0))
+    return "yes" if max(figures["cost"], cpu) <= target else "NO"
 
 
 def _costs(args, mode, tmp) -> dict:
@@ -99,13 +101,14 @@ def main(argv=None) -> int:
         resumes = [] if args.cases else resume.measure(tmp, mode, 4 if args.quick else 16, rounds)
     print(tabulate([[case, f"{c['epoch_s_none']:.3f}", f"{c['epoch_s_disk']:.3f}",
                      f"{100 * c['cost']:+.1f} %",
-                     f"{100 * c['cpu_share']:.1f} %" if "cpu_share" in c else "-",
+                     f"{100 * c['cpu_share']:.1f} %" if "cpu_share" in c else
+                     f"{100 * c['cpu_cost']:+.1f} %" if "cpu_cost" in c else "-",
                      f"<= {100 * target:.0f} %", _met(c, target) if not c.get("sync") else "-",
                      f"{c['write_s'] * 1000:.0f}", f"{c['checkpoint_mib']:.1f}",
                      f"{c['endpoint_cpu_s']:.1f}" if "endpoint_cpu_s" in c else "-"]
                     for case, (c, target) in costs.items()],
                    headers=["workload, storage", "epoch (s) none", "epoch (s) checkpoints",
-                            "cost (wall)", "writer CPU / epoch", "target", "met",
+                            "cost (wall)", "cost (CPU)", "target", "met",
                             "write (ms)", "checkpoint (MiB)", "endpoint CPU (s)"]))
     print()
     if resumes:

@@ -38,6 +38,16 @@ def _trainer(mode: str, **kwargs) -> TorchTrainer:
                         checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
 
 
+def cpu_seconds(pids) -> float:
+    """User + system CPU time of these processes (all their threads) so far."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _set_sync(trainer: TorchTrainer) -> None:
     # Read by each rank at its first checkpoint; a pooled process's environment is reset
     # when its trainer shuts down, so the next trainer writes asynchronously again.
@@ -53,19 +63,22 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str, sync: bool
         _set_sync(disk)
     writer = disk._recorder.checkpointer
     times: Dict[str, list] = {"none": [], "disk": []}
+    cpu: Dict[str, list] = {"none": [], "disk": []}  # seconds of CPU, every process, per epoch
+    pids = [os.getpid()] + plain.apply_all_workers(os.getpid) + disk.apply_all_workers(os.getpid)
     try:
         plain.train()  # warm-up of both
         disk.train()
         for block in range(2 * blocks):
             kind = "disk" if block % 2 == 0 else "none"
             trainer = disk if kind == "disk" else plain
-            writer.flush()
+            writer.flush(600)
             trainer.train()  # untimed: the call-end write overlaps the next epoch
             for _ in range(epochs):
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), cpu_seconds(pids)
                 trainer.train()
                 times[kind].append(time.perf_counter() - start)
-        writer.flush()
+                cpu[kind].append(cpu_seconds(pids) - cpu_start)
+        writer.flush(600)
         steps = disk._supervisor.commit.step
         directory = disk._recorder.directory
         latest = directory.entries()[-1]["file"]
@@ -75,7 +88,13 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str, sync: bool
         disk.shutdown()
         plain.shutdown()
     none, with_disk = statistics.median(times["none"]), statistics.median(times["disk"])
+    cpu_none, cpu_disk = statistics.median(cpu["none"]), statistics.median(cpu["disk"])
     return {"epoch_s_none": none, "epoch_s_disk": with_disk, "cost": with_disk / none - 1,
+            "cpu_s_none": cpu_none, "cpu_s_disk": cpu_disk,
+            # The steadier figure on a machine whose cores the workers fill: the CPU the
+            # checkpoints added (every process: ranks, their write threads, the driver), as
+            # a share of the CPU an epoch takes without them.
+            "cpu_cost": cpu_disk / cpu_none - 1,
             "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
             "write_s": statistics.median(writer.write_seconds),
             "writes": len(writer.write_seconds), "checkpoint_mib": size, "sync": sync,

@@ -33,7 +33,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from raysgd.driver import placement
-from raysgd.errors import ResourcesUnavailableError, WorkerFailedError
+from raysgd.errors import ResourcesUnavailableError, WorkerFailedError, first_line
 
 logger = logging.getLogger("raysgd")
 
@@ -91,6 +91,7 @@ class Preemption:
     def _moving_ranks(self, force: bool = False) -> List[int]:
         draining = self.drains.check(force)
         self._declined &= set(draining)  # a drain that ended and comes again is new
+        self._driver_saved &= set(draining)
         acting = {node: deadline for node, deadline in draining.items()
                   if node not in self._declined}
         if not acting or self._driver_node in draining:
@@ -175,7 +176,11 @@ class Preemption:
         logger.warning("raysgd: the driver's node %s drains for preemption; writing the "
                        "commit of step %d to checkpoint_dir now", self._describe(),
                        self.commit.step)
-        self.on_driver_drain(self.commit, left)
+        try:
+            self.on_driver_drain(self.commit, left)
+        except Exception as exc:  # noqa: BLE001 - a best effort: training goes on
+            logger.warning("raysgd: the checkpoint for the driver's drain failed (%s: %s)",
+                           type(exc).__name__, first_line(exc))
 
     def _decline(self, moving: List[int], why: str) -> None:
         """The ranks train on where they are, from the commit just taken; the node is not

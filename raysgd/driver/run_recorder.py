@@ -190,8 +190,9 @@ class RunRecorder:
             return
         timeout = max(1.0, 0.8 * seconds_left) if seconds_left is not None else 120.0
         if self.checkpointer.save_now(commit, timeout):
-            logger.warning("raysgd: the checkpoint of step %d is in %s; run the same script on "
-                           "a new cluster to resume from it", commit.step, self.directory.path)
+            logger.warning("raysgd: the checkpoint of step %d is in %s; once this driver is "
+                           "gone, run the same script on a new cluster to resume from it",
+                           commit.step, self.directory.path)
         else:
             logger.warning("raysgd: the checkpoint of step %d did not reach %s within %.0f s",
                            commit.step, self.directory.path, timeout or 0)

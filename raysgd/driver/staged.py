@@ -15,8 +15,8 @@ import ray
 
 from raysgd.driver import placement
 from raysgd.driver.watch import fetch_to_driver
-from raysgd.errors import CheckpointError
-from raysgd.state.dirblob import DirBlob
+from raysgd.errors import CheckpointError, first_line
+from raysgd.state.dirblob import DirBlob, unpin
 from raysgd.state.disk_checkpoints import CommitFiles, StagedShards
 from raysgd.state.disk_schedule import DiskSchedule
 
@@ -24,18 +24,29 @@ FETCH_TIMEOUT_S = 300.0
 
 
 def staged_parts(group: Any, step: int) -> Iterator[DirBlob]:
-    """Every rank's staged files of ``step``, in rank order."""
+    """Every rank's staged files of ``step``, in rank order. A part given by path is
+    pinned by the rank (hard links of its own) until the caller asks for the next part."""
     if group is None:
         raise CheckpointError(f"the workers are being replaced; the checkpoint of step {step} "
                               "is skipped and the next one is written")
-    if group.local_runner is not None:
-        yield group.local_runner.staged_files(step, by_path=True)
     here = placement.driver_node()
-    first = 1 if group.local_runner is not None else 0
+    fetches = [lambda: group.local_runner.staged_files(step, by_path=True)] \
+        if group.local_runner is not None else []
+    first = len(fetches)
     for rank, actor in enumerate(list(group.actors), start=first):
         # A rank on the driver's node names its files: linked or uploaded from there.
-        by_path = group.rank_nodes[rank] == here
-        yield ray.get(actor.staged_files.remote(step, by_path), timeout=FETCH_TIMEOUT_S)
+        fetches.append(lambda actor=actor, by_path=group.rank_nodes[rank] == here: ray.get(
+            actor.staged_files.remote(step, by_path), timeout=FETCH_TIMEOUT_S))
+    for fetch in fetches:
+        try:
+            part = fetch()
+        except Exception as exc:  # a rank's or Ray's error: not the storage's
+            raise CheckpointError(f"a rank's staged checkpoint of step {step} could not be "
+                                  f"fetched ({type(exc).__name__}: {first_line(exc)})") from exc
+        try:
+            yield part
+        finally:
+            unpin(part)
 
 
 def disk_source(staged: Optional[DiskSchedule], current_group: Callable[[], Any]):

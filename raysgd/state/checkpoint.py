@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 import torch
 
-from raysgd.errors import CheckpointError
+from raysgd.errors import CheckpointError, first_line
 from raysgd.storage.store import write_atomic  # noqa: F401 - the file half lives there
 
 FORMAT_KEY = "raysgd_checkpoint_version"
@@ -32,7 +32,7 @@ def from_bytes(data: bytes, source: str = "checkpoint") -> Dict[str, Any]:
     except Exception as exc:  # torch raises several types for bad bytes
         raise CheckpointError(
             f"{source} could not be read as a raysgd checkpoint ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}). The file is truncated, "
+            f"{first_line(exc)}). The file is truncated, "
             "foreign, or holds objects other than tensors and plain containers; "
             "write it with trainer.save(path).") from exc
     return _check_format(state, source)

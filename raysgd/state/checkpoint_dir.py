@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from raysgd.errors import CheckpointError
+from raysgd.errors import CheckpointError, first_line
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state import sharded_dir
 from raysgd.storage.store import LocalStore, Store
@@ -95,7 +95,7 @@ class CheckpointDirectory:
             index["latest"] = name
             self._write_index(index)
             for entry in dropped:  # only after the index stopped naming them
-                self.store.remove(entry["file"])
+                self._drop(entry["file"])
             return self.location(name)
 
     def write_best(self, data: Content, meta: Dict[str, Any], attr: str, mode: str,
@@ -109,8 +109,15 @@ class CheckpointDirectory:
             index["best"] = {**meta, "file": name, "attr": attr, "mode": mode, "score": score}
             self._write_index(index)
             if stale and stale != name:  # another name: the strategy changed, or a store
-                self.store.remove(stale)
+                self._drop(stale)
             return self.location(name)
+
+    def _drop(self, name: str) -> None:
+        """Remove a checkpoint, its marker first: a removal cut short leaves an unmarked
+        directory (ignored, removed later), never a marked one with parts missing."""
+        if not name.endswith(".pt"):
+            self.store.remove(f"{name}/{sharded_dir.RUN_FILE}")
+        self.store.remove(name)
 
     def _best_name(self, data: Content) -> str:
         """``best.pt`` or ``best``; a directory on an object store, which cannot replace
@@ -142,7 +149,7 @@ class CheckpointDirectory:
             except CheckpointError as exc:
                 failures.append(f"{entry['file']}: {exc}")
                 logger.warning("raysgd: checkpoint %s is unreadable (%s); trying the one "
-                               "before it", path, str(exc).splitlines()[0])
+                               "before it", path, first_line(exc))
                 continue
             return state, entry
         if failures:
@@ -157,10 +164,12 @@ class CheckpointDirectory:
             index = json.loads(self.store.read(INDEX))
             if isinstance(index, dict) and isinstance(index.get("checkpoints"), list):
                 return index
-        except FileNotFoundError:
+        except OSError:
+            if self.store.exists(INDEX):
+                raise  # unreachable, not missing: a rebuilt index would drop its metadata
             if not self._checkpoint_names():
                 return {"checkpoints": []}
-        except (OSError, ValueError):
+        except ValueError:  # cut short or not JSON
             pass
         return self._rebuilt_index()
 
@@ -204,6 +213,10 @@ class CheckpointDirectory:
         for _seq, name in self._checkpoint_names():
             if name not in named and not name.endswith(".pt") and not self._complete(name):
                 self.store.remove(name)
+        best = (index.get("best") or {}).get("file")
+        for name in self.store.names():  # a best directory whose index update never came
+            if name.startswith(BEST[:-len(".pt")] + "-") and name != best:
+                self._drop(name)
 
     def _write_index(self, index: Dict[str, Any]) -> None:
         self.store.write(INDEX, json.dumps(index, indent=1, sort_keys=True).encode())
@@ -232,9 +245,11 @@ def read_checkpoint(store: Store, name: str) -> Dict[str, Any]:
     if not store.is_dir(name):
         try:
             data = store.read(name)
-        except OSError:  # pyarrow: FileNotFoundError, or OSError for a missing object
-            raise CheckpointError(f"No checkpoint at {where}; check the path passed to "
-                                  "load().") from None
+        except OSError:
+            if store.exists(name):
+                raise  # there, but the storage failed: not a missing checkpoint
+            raise CheckpointError(f"No checkpoint at {where}; check the path (or URI) given "
+                                  "to load() or checkpoint_dir.") from None
         return checkpoint_io.from_bytes(data, source=f"Checkpoint {where}")
     meta, parts = sharded_dir.read_dir(store, name)
     return {**parts[0], RANKS_KEY: parts[1:], RUN_KEY: meta}

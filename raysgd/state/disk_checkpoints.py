@@ -25,7 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from raysgd.errors import CheckpointError, ConfigError
+from raysgd.errors import CheckpointError, ConfigError, first_line
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
@@ -33,11 +33,11 @@ from raysgd.state.dirblob import DirBlob
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import write_dir
+from raysgd.state.write_queue import Job, WriteQueue
 
 logger = logging.getLogger("raysgd")
 
 SETTLE_S = 0.03  # a write starts this long after its commit arrived (see _run)
-RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # backoff between tries of a write the storage failed
 SCORE_MODES = ("min", "max", "auto")
 # Metric names that "auto" scores as lower-is-better; anything else is higher-is-better.
 LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "perplexity")
@@ -108,7 +108,12 @@ class CommitFiles:
         self._verified = False
 
     def content(self, commit: Commit, meta: Dict[str, Any]) -> bytes:
-        data = checkpoint_io.to_bytes(to_checkpoint(self.fetch(commit.snapshots), meta))
+        try:
+            snapshots = self.fetch(commit.snapshots)
+        except Exception as exc:  # Ray's errors (a lost object, a timeout) are not storage's
+            raise CheckpointError(f"the commit of step {commit.step} could not be fetched "
+                                  f"({type(exc).__name__}: {first_line(exc)})") from exc
+        data = checkpoint_io.to_bytes(to_checkpoint(snapshots, meta))
         if not self._verified:
             # What load() would refuse (say numpy arrays in an operator's state_dict)
             # is refused once here, loudly, rather than at resume time.
@@ -126,7 +131,7 @@ class StagedShards:
         self.fetch_staged = fetch_staged
         self.stage_now = stage_now  # every rank stages the current step, off schedule
 
-    def content(self, commit: Commit, meta: Dict[str, Any]) -> Callable[[str], str]:
+    def content(self, commit: Commit, meta: Dict[str, Any]) -> Callable[[Any, str], str]:
         return lambda store, rel: write_dir(self.fetch_staged(commit.step), meta, store, rel)
 
 
@@ -147,11 +152,7 @@ class DiskCheckpointer:
         self.last_path: Optional[str] = None
         self.write_seconds: List[float] = []  # wall time of each write
         self.write_cpu_seconds: List[float] = []  # the writer thread's CPU time of each
-        self.failed_tries = 0  # storage failures in a row (0 once a write lands)
-        self.never_written: List[int] = []  # steps whose checkpoint the storage never took
-        # kind -> (commit, score, monotonic time before which the write should not start)
-        self._pending: Dict[str, Tuple[Commit, Optional[float], float]] = {}
-        self._failed: Dict[str, Commit] = {}  # kind -> a commit being retried
+        self._queue = WriteQueue()  # pending commits, retries, what never got written
         self._closing = False
         self._cond = threading.Condition()
         self._busy = False
@@ -202,20 +203,31 @@ class DiskCheckpointer:
             self.best_score = float(value)
             self._submit("best", commit, float(value), settle=True)
 
+    @property
+    def failed_tries(self) -> int:
+        return self._queue.failed_tries
+
+    @property
+    def never_written(self) -> List[int]:
+        """Steps whose checkpoints the storage never took (failed, then replaced)."""
+        return self._queue.unwritten()
+
     def save_now(self, commit: Commit, timeout_s: Optional[float]) -> bool:
         """Write ``commit`` whatever the schedule (the driver's node drains) and wait for
         it; True once it is in the storage."""
-        getattr(self.source, "stage_now", lambda: None)()  # sharded: the ranks stage it
-        self._submit("latest", commit, None, settle=False)
-        return self.flush(timeout_s)
+        if self._queue.landed.get("latest") is not commit:
+            getattr(self.source, "stage_now", lambda: None)()  # sharded: the ranks stage it
+            self._submit("latest", commit, None, settle=False)
+            self.flush(timeout_s)
+        return self._queue.landed.get("latest") is commit
 
     def flush(self, timeout_s: Optional[float] = None) -> bool:
-        """Wait until every submitted checkpoint is on disk; True if it is."""
+        """Wait until every submitted checkpoint is written; True if it is."""
         with self._cond:
             self._flushing += 1
             self._cond.notify_all()
             try:
-                return self._cond.wait_for(lambda: not self._pending and not self._busy,
+                return self._cond.wait_for(lambda: not self._queue.pending and not self._busy,
                                            timeout_s)
             finally:
                 self._flushing -= 1
@@ -227,56 +239,44 @@ class DiskCheckpointer:
             return self.never_written
         with self._cond:
             self._closing = True
+            self._cond.notify_all()
         if not self.flush(timeout_s):
             logger.warning("raysgd: the checkpoint writer did not finish within %.0f s; the "
                            "last checkpoint in %s may be older", timeout_s, self.directory.path)
         with self._cond:
             self._closed = True
-            self.never_written += [job[0].step for job in self._pending.values()]
+            self._queue.abandon()
             self._cond.notify_all()
         atexit.unregister(self._atexit)
         if self.never_written:
             logger.warning("raysgd: the checkpoints of step(s) %s never reached %s (the storage "
-                           "failed); the newest checkpoint there is older", 
-                           sorted(set(self.never_written)), self.directory.path)
+                           "failed); the newest checkpoint there is older",
+                           self.never_written, self.directory.path)
         return self.never_written
 
     def _submit(self, kind: str, commit: Commit, score: Optional[float], settle: bool) -> None:
         not_before = time.monotonic() + SETTLE_S if settle else 0.0
         with self._cond:
-            if self._closed:
-                return
-            # A newer commit replaces an unwritten one of its kind.
-            if kind in self._failed:  # ... one the storage failed: it never gets there
-                self.never_written.append(self._failed.pop(kind).step)
-            self._pending[kind] = (commit, score, not_before)
-            self._cond.notify_all()
+            if not self._closed:
+                self._queue.submit(kind, commit, score, not_before)
+                self._cond.notify_all()
 
     # ------------------------------------------------------- writer thread
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closed)
-                if not self._pending:
+                job = self._next_job()
+                if job is None:
                     return
-                kind = "best" if "best" in self._pending else "latest"
-                # A call-end commit arrives as the call returns, just when the driver
-                # dispatches the next one; writing at once competes with that for the GIL
-                # and the CPU (2-3 % of a 0.1 s digits epoch on 2 cores, against under
-                # 1.5 % when the write starts 30 ms later). Flushing and closing do not wait;
-                # a retry's backoff is cut short by a close only.
-                delay = self._pending[kind][2] - time.monotonic()
-                retry = self._failed.get(kind) is self._pending[kind][0]
-                if delay > 0:
-                    self._cond.wait_for(lambda: self._closing if retry else
-                                        self._closed or self._flushing, delay)
-                commit, score, _ = self._pending.pop(kind)
+                kind, job = job
                 self._busy = True
             try:
-                self._write(kind, commit, score)
-                self._landed(kind)
+                self._write(kind, job.commit, job.score)
+                with self._cond:
+                    if self._queue.wrote(kind, job):
+                        logger.warning("raysgd: %s takes checkpoints again", self.directory.path)
             except OSError as exc:  # the storage failed: tried again, training goes on
-                self._retry(kind, commit, score, exc)
+                self._retry(kind, job, exc)
             except Exception as exc:  # noqa: BLE001 - the disk must never stop training
                 logger.warning("raysgd: could not write a checkpoint to %s (%s: %s); training "
                                "goes on and the next commit is tried", self.directory.path,
@@ -284,36 +284,38 @@ class DiskCheckpointer:
             finally:
                 with self._cond:
                     self._busy = False
-                    if not any(job[0] is commit for job in self._pending.values()):
+                    if not any(j.commit is job.commit for j in self._queue.pending.values()):
                         self._serialized = None  # no second write of it coming: free the bytes
                     self._cond.notify_all()
 
-    def _landed(self, kind: str) -> None:
-        with self._cond:
-            if self.failed_tries:
-                logger.warning("raysgd: %s takes checkpoints again", self.directory.path)
-            self.failed_tries = 0
-            self._failed.pop(kind, None)
+    def _next_job(self) -> Optional[Tuple[str, Job]]:
+        """Under the lock: wait for the job due first, re-picking whenever anything changes
+        (a newer commit, a flush, a close); None once closed with nothing left.
 
-    def _retry(self, kind: str, commit: Commit, score: Optional[float], exc: OSError) -> None:
-        """Put the write back, after a backoff, unless a newer commit of its kind came (the
-        failed one then never reaches the storage) or this is the last try of a close."""
+        A call-end commit arrives as the call returns, just when the driver dispatches the
+        next one; writing at once competes with that for the GIL and the CPU (2-3 % of a
+        0.1 s digits epoch on 2 cores, against under 1.5 % when the write starts 30 ms
+        later), so it waits ``SETTLE_S`` unless someone flushes."""
+        while True:
+            kind, wait = self._queue.next(time.monotonic(), self._flushing > 0, self._closing)
+            if kind is None:
+                if self._closed:
+                    return None
+                self._cond.wait()
+            elif wait > 0:
+                self._cond.wait(wait)
+            else:
+                return kind, self._queue.pop(kind)
+
+    def _retry(self, kind: str, job: Job, exc: OSError) -> None:
         with self._cond:
-            self.failed_tries += 1
-            delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self.failed_tries - 1))
-            last_try = self._closing and self._failed.get(kind) is commit
-            if self.failed_tries == 1 or last_try:
+            first = self._queue.failed_tries == 0
+            delay = self._queue.failed(kind, job, time.monotonic(), self._closing)
+            if first or delay is None:
                 logger.warning("raysgd: the storage %s failed a checkpoint write (%s: %s); "
                                "training goes on, %s", self.directory.path, type(exc).__name__,
-                               str(exc).splitlines()[0] if str(exc) else "",
-                               "giving up on it" if last_try else
-                               f"retrying with backoff (first in {delay:.0f} s)")
-            if kind in self._pending or last_try:
-                self.never_written.append(commit.step)
-                self._failed.pop(kind, None)
-                return
-            self._failed[kind] = commit
-            self._pending[kind] = (commit, score, time.monotonic() + delay)
+                               first_line(exc), "retrying with backoff (first in "
+                               f"{delay:.0f} s)" if delay is not None else "giving up on it")
 
     def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
         start, cpu_start = time.perf_counter(), time.thread_time()

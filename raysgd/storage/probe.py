@@ -13,7 +13,7 @@ import threading
 import uuid
 from typing import List, Optional
 
-from raysgd.errors import ConfigError
+from raysgd.errors import ConfigError, first_line
 from raysgd.storage.store import LocalStore, Store
 
 CHECK_TIMEOUT_S = 30.0
@@ -59,7 +59,7 @@ def check_store(store: Store, timeout_s: float = CHECK_TIMEOUT_S) -> None:
     if failure:
         exc = failure[0]
         raise ConfigError(f"checkpoint_dir {store.uri} cannot be written "
-                          f"({type(exc).__name__}: {_first_line(exc)}): {hint_for(exc)}.") from exc
+                          f"({type(exc).__name__}: {first_line(exc)}): {hint_for(exc)}.") from exc
 
 
 def hint_for(exc: BaseException) -> str:
@@ -68,11 +68,6 @@ def hint_for(exc: BaseException) -> str:
         if any(needle in text for needle in needles):
             return hint
     return "check the URI, the credentials and the endpoint"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _check_local(path: str) -> Optional[str]:

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import threading
+import uuid
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
@@ -95,12 +96,20 @@ def split_target(target: Any, filesystem: Any = None) -> Tuple["Store", str]:
     text = os.fspath(target) if isinstance(target, os.PathLike) else target
     if not isinstance(text, str) or not text.rstrip("/"):
         raise ConfigError(f"A checkpoint path must be a non-empty path or URI, got {target!r}.")
-    parent, _, name = text.rstrip("/").rpartition("/")
     if not is_uri(text) and filesystem is None:
         parent, name = os.path.split(os.path.abspath(os.path.expanduser(text)))
-    elif is_uri(text) and "://" not in parent:  # "s3://bucket" itself: no parent
+        return open_store(parent, filesystem), name
+    base, query = _split_query(text)
+    parent, _, name = base.rstrip("/").rpartition("/")
+    if is_uri(text) and "://" not in parent:  # "s3://bucket" itself: no parent
         raise ConfigError(f"{target!r} names a bucket, not a file in it; add a file name.")
-    return open_store(parent or ".", filesystem), name
+    return open_store((parent or ".") + query, filesystem), name
+
+
+def _split_query(uri: str) -> Tuple[str, str]:
+    """``("s3://b/run", "?region=x")`` for ``s3://b/run?region=x`` (options stay at the end)."""
+    base, mark, query = uri.partition("?")
+    return base, mark + query
 
 
 class Store:
@@ -144,7 +153,8 @@ class Store:
         yield  # pragma: no cover
 
     def child(self, rel: str) -> str:
-        return f"{self.uri.rstrip('/')}/{rel}" if rel else self.uri
+        base, query = _split_query(self.uri)
+        return f"{base.rstrip('/')}/{rel}{query}" if rel else self.uri
 
 
 class LocalStore(Store):
@@ -214,9 +224,7 @@ class LocalStore(Store):
         tmp = tempfile.mkdtemp(prefix=".tmp-", suffix=".raysgd", dir=os.path.dirname(target))
 
         def put(name: str, data: Data) -> None:
-            full = os.path.realpath(os.path.join(tmp, name))
-            if not full.startswith(os.path.realpath(tmp) + os.sep):
-                raise ValueError(f"checkpoint file {name!r} points outside {target}")
+            full = inside(tmp, name)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             if isinstance(data, FileRef):
                 _link_or_copy(data, full)
@@ -250,8 +258,24 @@ class ArrowStore(Store):
         path = self.path(rel)
         if self.fs.type_name not in OBJECT_STORES:  # HDFS and the like want the directory
             self.fs.create_dir(path.rpartition("/")[0], recursive=True)
-        if isinstance(data, FileRef):
-            self._upload(rel, data)
+        if self.fs.type_name in OBJECT_STORES:  # one object: whole or not at all
+            self._put(path, data)
+            return
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # a file system: written, then moved
+        try:
+            self._put(tmp, data)
+            self.fs.move(tmp, path)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(tmp)
+            raise
+
+    def _put(self, path: str, data: Data) -> None:
+        if isinstance(data, FileRef):  # streamed by pyarrow: never Python bytes
+            import pyarrow.fs
+
+            pyarrow.fs.copy_files(data, path, source_filesystem=pyarrow.fs.LocalFileSystem(),
+                                  destination_filesystem=self.fs)
             return
         with self.fs.open_output_stream(path) as handle:
             handle.write(data)
@@ -307,13 +331,13 @@ class ArrowStore(Store):
         self.remove(rel)  # a leftover of a write cut short (it had no marker)
         yield lambda name, data: self.write(f"{rel}/{name}", data)
 
-    def _upload(self, rel: str, source: str) -> None:
-        import pyarrow.fs
 
-        # Streamed by pyarrow from the local file: the bytes never become Python objects.
-        pyarrow.fs.copy_files(source, self.path(rel),
-                              source_filesystem=pyarrow.fs.LocalFileSystem(),
-                              destination_filesystem=self.fs)
+def inside(root: str, relative: str) -> str:
+    """``root/relative``, refusing a crafted name that points outside ``root``."""
+    full = os.path.realpath(os.path.join(root, relative))
+    if not full.startswith(os.path.realpath(root) + os.sep):
+        raise ValueError(f"checkpoint file {relative!r} points outside {root}")
+    return full
 
 
 def _link_or_copy(source: str, target: str) -> None:

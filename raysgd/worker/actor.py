@@ -135,8 +135,9 @@ class _WorkerActor:
     def copy_here(self, refs: list) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
 
-    # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged).
-    @ray.method(concurrency_group="copies")
+    # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
+    # thread of their own, as they may wait for the shards' write to finish.
+    @ray.method(concurrency_group="staging")
     def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
         runner = self.runner  # release() may clear it meanwhile
         if runner is None:
@@ -146,5 +147,6 @@ class _WorkerActor:
 
 # Two commit threads: a request from a new call can enter while one left over
 # from the previous call still waits, and releases it (see CommitHandoff.take).
-RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1})(
+RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1,
+                                               "staging": 1})(
     _WorkerActor)

@@ -299,14 +299,15 @@ class WorkerRunner:
                 "state": pack_tensors(state),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
-    def _stage(self, state: Dict[str, Any], call_end: bool) -> None:
+    def _stage(self, state: Dict[str, Any], call_end: bool, keep_existing: bool = False) -> None:
         op = self.operator
         self._staging.stage(self._passes.steps, call_end, state, lambda path: op._context.
-                            strategy.save_sharded(op._original_models, op._optimizers, path))
+                            strategy.save_sharded(op._original_models, op._optimizers, path),
+                            keep_existing)
 
     def stage_now(self) -> None:
         """Stage a sharded checkpoint of this step off schedule (the driver's node drains)."""
-        self._stage(self._commit_state(), call_end=True)
+        self._stage(self._commit_state(), call_end=True, keep_existing=True)
 
     def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
         return self._staging.staged_files(step, by_path)  # for the checkpoint of ``step``

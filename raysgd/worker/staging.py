@@ -24,7 +24,7 @@ from typing import IO, Any, Callable, Dict, Optional
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.dirblob import DirBlob, list_files, pack_dir
+from raysgd.state.dirblob import DirBlob, pack_dir, pin_files
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
 
@@ -38,7 +38,7 @@ class NoStaging:
     """The driver writes the checkpoints (or there is no ``checkpoint_dir``)."""
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
-              save_shards: Callable[[str], Any]) -> None:
+              save_shards: Callable[[str], Any], keep_existing: bool = False) -> None:
         pass
 
     def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
@@ -62,19 +62,20 @@ class DiskStaging:
         self._writes: Dict[int, Any] = {}  # staged step -> its write (wait() once complete)
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
-              save_shards: Callable[[str], Any]) -> None:
-        """Stage the commit of ``step`` if it goes to disk: ``save_shards(path)`` starts
+              save_shards: Callable[[str], Any], keep_existing: bool = False) -> None:
+        """Stage the commit of ``step`` if it goes to disk (and, with ``keep_existing``, is
+        not staged already): ``save_shards(path)`` starts
         writing the models and optimizers with DCP and returns the write (its ``extra``:
         what a load needs besides the files; a plain dict when written already), ``state``
         (the commit's content) gives the rest."""
-        if not self.schedule.due(step, call_end):
-            return
+        if not self.schedule.due(step, call_end) or (keep_existing and step in self._writes):
+            return  # (every rank stages the same steps, so all skip alike)
         with self._lock:
             earlier = self._writes.pop(step, None)  # the same step again: a state change
         if earlier is not None:
             _wait(earlier)
-            shutil.rmtree(self._path(step), ignore_errors=True)
         path = self._path(step)
+        shutil.rmtree(path, ignore_errors=True)  # also what a failed stage left
         os.makedirs(path)
         write = save_shards(path)  # every rank at the same commit: DCP plans collectively
         part = {key: value for key, value in state.items() if key != "shards"}
@@ -103,7 +104,9 @@ class DiskStaging:
             if self._writes.get(step) is not write:
                 raise CheckpointError(f"rank {self.rank} replaced its staged checkpoint of "
                                       f"step {step} while it was read")
-            return list_files(self._path(step)) if by_path else pack_dir(self._path(step))
+            if by_path:  # hard links: valid however this rank rotates or replaces the step
+                return pin_files(self._path(step), self.root)
+            return pack_dir(self._path(step))
 
     def close(self) -> None:
         with self._lock:
