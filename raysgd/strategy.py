@@ -44,7 +44,11 @@ class FSDP:
 
     With ``checkpoint_dir``, disk checkpoints are directories in torch's DCP format that
     every rank writes its shards into (``raysgd.state.sharded_dir``); ``save()`` still
-    writes the unsharded single file.
+    writes the unsharded single file. ``async_checkpoints``: write them in the background
+    (``dcp.async_save``: only the copy to host memory is on the training path) or in place;
+    None (default) chooses by device: in the background on GPUs, in place on CPUs, where the
+    write is CPU work either way and the background copy only adds to it (measured on 2
+    cores, see bench/README.md).
     """
 
     units: Union[None, type, Tuple[type, ...], Callable[[Any], bool]] = None
@@ -52,6 +56,7 @@ class FSDP:
     cpu_offload: bool = False
     reduce_dtype: Any = None
     init_weights: Optional[Callable[[Any], None]] = None
+    async_checkpoints: Optional[bool] = None
 
     name = "fsdp"
     commit_copies = "peers"  # each rank's shards, copied to a rank on another node
@@ -69,6 +74,9 @@ class FSDP:
             raise ConfigError(f"FSDP(init_weights=...) must be a function of one module, got "
                               f"{self.init_weights!r}.")
         _check_dtype(self.reduce_dtype)
+        if self.async_checkpoints not in (None, True, False):
+            raise ConfigError(f"FSDP(async_checkpoints=...) must be True, False or None (by "
+                              f"device), got {self.async_checkpoints!r}.")
 
 
 def _check_units(units: Any) -> None:

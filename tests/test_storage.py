@@ -21,7 +21,7 @@ from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.disk_checkpoints import CommitFiles, DiskCheckpointer
-from raysgd.state.dirblob import list_files
+from raysgd.state.dirblob import pin_files
 from raysgd.state.sharded_dir import RUN_FILE, read_dir, write_dir
 from raysgd.storage.mirror import LogMirror
 from raysgd.storage.probe import check_store, hint_for
@@ -257,7 +257,7 @@ def test_staged_files_on_the_drivers_node_are_linked_or_uploaded_by_path(s3_run,
         for name, data in blob.items():
             (staged / str(rank) / name).parent.mkdir(parents=True, exist_ok=True)
             (staged / str(rank) / name).write_bytes(data)
-        parts.append(list_files(str(staged / str(rank))))
+        parts.append(pin_files(str(staged / str(rank)), str(tmp_path)))
     assert all(isinstance(ref, FileRef) for part in parts for ref in part.values())
     local = LocalStore(str(tmp_path / "run"))
     write_dir(iter(parts), _meta(4), local, "checkpoint-000001")

@@ -3,9 +3,9 @@
 1. DDP cost: epoch time with ``checkpoint_dir`` (a checkpoint at the end of every
    epoch) against without, on the bench MLP (to local disk and to S3) and on the digits
    demo's CNN, with 2 workers, in one process and one Ray (``bench/disk/cost.py``).
-2. FSDP cost: a checkpoint every 20 steps against none, to local disk and to S3, with the
-   shards written in the background (``dcp.async_save``), and once more written on the
-   training path for comparison (``bench/disk/fsdp_cost.py``).
+2. FSDP cost: a checkpoint every 20 steps against none, to local disk and to S3, the shards
+   written as raysgd chooses on CPUs (in place), and once more in the background
+   (``dcp.async_save``, raysgd's choice on GPUs) for comparison (``bench/disk/fsdp_cost.py``).
 3. Resume: the MLP driver SIGKILLed three quarters into epoch 2 and run again
    (``bench/disk/resume.py``): start-up of the resumed run and the steps it redid.
 
@@ -66,8 +66,8 @@ def _costs(args, mode, tmp) -> dict:
                      mode, fsdp_blocks, 2, os.path.join(tmp, "fsdp"))),
                  ("fsdp every 20, s3", FSDP_TARGET, lambda: fsdp_cost.measure(
                      mode, fsdp_blocks, 2, s3.new_run())),
-                 ("fsdp every 20, local, sync", FSDP_TARGET, lambda: fsdp_cost.measure(
-                     mode, fsdp_blocks, 2, os.path.join(tmp, "sync"), sync=True)))
+                 ("fsdp every 20, local, async", FSDP_TARGET, lambda: fsdp_cost.measure(
+                     mode, fsdp_blocks, 2, os.path.join(tmp, "async"), async_checkpoints=True)))
         costs = {}
         for name, target, run in cases:
             if args.cases and name not in args.cases:
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
                      f"{100 * c['cost']:+.1f} %",
                      f"{100 * c['cpu_share']:.1f} %" if "cpu_share" in c else
                      f"{100 * c['cpu_cost']:+.1f} %" if "cpu_cost" in c else "-",
-                     f"<= {100 * target:.0f} %", _met(c, target) if not c.get("sync") else "-",
+                     f"<= {100 * target:.0f} %", _met(c, target) if c.get("async_checkpoints") is None else "-",
                      f"{c['write_s'] * 1000:.0f}", f"{c['checkpoint_mib']:.1f}",
                      f"{c['endpoint_cpu_s']:.1f}" if "endpoint_cpu_s" in c else "-"]
                     for case, (c, target) in costs.items()],

@@ -8,19 +8,19 @@ alternate between them; before each block the writing trainer's checkpoints are 
 so nothing spills into the other's block, and the block starts with an untimed epoch, so
 its first timed epoch carries the previous call-end write as in a real run.
 
-``sync=True`` makes the ranks write their shards on the training path (``dcp.save``, as
-before ``dcp.async_save``; ``raysgd.worker.dcp_io.SYNC_ENV``), for the comparison.
+``async_checkpoints`` (``FSDP(async_checkpoints=...)``) overrides raysgd's choice of how the
+ranks write their shards (None: in place on CPUs, in the background with ``dcp.async_save``
+on GPUs), for the comparison.
 """
 from __future__ import annotations
 
 import os
 import statistics
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from raysgd import FSDP, TorchTrainer
 from raysgd.utils import BATCH_SIZE
-from raysgd.worker.dcp_io import SYNC_ENV
 
 from bench.fsdp.bench_operator import FSDPBenchOperator
 from bench.fsdp.model import Block
@@ -28,13 +28,13 @@ from bench.fsdp.model import Block
 EVERY = 20  # steps between checkpoints
 
 
-def _trainer(mode: str, **kwargs) -> TorchTrainer:
+def _trainer(mode: str, async_checkpoints: Optional[bool] = None, **kwargs) -> TorchTrainer:
     """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 64 steps an epoch
     per rank (2,048 samples, 16 per rank and step; quick: 32 steps, 512 samples, 8)."""
     quick = mode == "quick"
-    return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False,
-                        strategy=FSDP(units=Block),
-                        config={BATCH_SIZE: 8 if quick else 16, "mode": "quick" if quick else "full"},
+    config = {BATCH_SIZE: 8 if quick else 16, "mode": "quick" if quick else "full"}
+    return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False, config=config,
+                        strategy=FSDP(units=Block, async_checkpoints=async_checkpoints),
                         checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
 
 
@@ -48,19 +48,13 @@ def cpu_seconds(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _set_sync(trainer: TorchTrainer) -> None:
-    # Read by each rank at its first checkpoint; a pooled process's environment is reset
-    # when its trainer shuts down, so the next trainer writes asynchronously again.
-    trainer.apply_all_workers(lambda: os.environ.__setitem__(SYNC_ENV, "1"))
-
-
-def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str, sync: bool = False,
+def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
+            async_checkpoints: Optional[bool] = None,
             storage_filesystem: Any = None) -> Dict[str, Any]:
     plain = _trainer(mode)
-    disk = _trainer(mode, checkpoint_dir=checkpoint_dir, storage_filesystem=storage_filesystem,
+    disk = _trainer(mode, async_checkpoints, checkpoint_dir=checkpoint_dir,
+                    storage_filesystem=storage_filesystem,
                     checkpoint_every_n_steps_to_disk=EVERY, keep_checkpoints=2)
-    if sync:
-        _set_sync(disk)
     writer = disk._recorder.checkpointer
     times: Dict[str, list] = {"none": [], "disk": []}
     cpu: Dict[str, list] = {"none": [], "disk": []}  # seconds of CPU, every process, per epoch
@@ -97,5 +91,6 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str, sync: bool
             "cpu_cost": cpu_disk / cpu_none - 1,
             "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
             "write_s": statistics.median(writer.write_seconds),
-            "writes": len(writer.write_seconds), "checkpoint_mib": size, "sync": sync,
+            "writes": len(writer.write_seconds), "checkpoint_mib": size,
+            "async_checkpoints": async_checkpoints,
             "every_n_steps": EVERY, "steps": steps, "epochs_timed": len(times["disk"])}

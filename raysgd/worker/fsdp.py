@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-import os
 import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -186,12 +185,13 @@ class FSDPStrategy:
         return state if keep else None
 
     def save_sharded(self, models: list, optimizers: list, path: str) -> dcp_io.ShardWrite:
-        """Start writing this rank's shards in DCP format into the local directory ``path``
-        (a collective; a sharded disk checkpoint, ``raysgd.worker.staging``), off the
-        training path once the state is copied; the previous write finishes first."""
+        """Write this rank's shards in DCP format into the local directory ``path`` (a
+        collective; a sharded disk checkpoint, ``raysgd.worker.staging``): on GPUs in the
+        background once the state is copied (the previous write finishes first), on CPUs
+        in place (``FSDP(async_checkpoints=...)``, ``dcp_io.writes_async``)."""
         if self._checkpoint_group is _UNSET:  # every rank's first save: a collective too
-            self._checkpoint_group = None if os.environ.get(dcp_io.SYNC_ENV) == "1" \
-                else dcp_io.checkpoint_group()
+            self._checkpoint_group = dcp_io.checkpoint_group() \
+                if dcp_io.writes_async(self.spec.async_checkpoints, self.device.type) else None
         self._last_write = dcp_io.save(models, optimizers, path, self._checkpoint_group,
                                        self._last_write)
         return self._last_write
