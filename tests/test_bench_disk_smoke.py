@@ -21,7 +21,7 @@ def test_bench_disk_quick_reports_cost_and_resume(bench_quick):
         "ddp mlp, local", "ddp mlp, s3", "ddp digits, local", "fsdp every 20, local",
         "fsdp every 20, s3", "fsdp every 20, local, async"])
     for case, cost in document["cost"].items():
-        assert cost["epochs_timed"] >= 2 and cost["epoch_s_none"] > 0 and cost["epoch_s_disk"] > 0
+        assert cost["epochs_timed"] >= 1 and cost["epoch_s_none"] > 0 and cost["epoch_s_disk"] > 0
         assert cost["write_s"] > 0 and cost["checkpoint_mib"] > 0, case
     for case in ("fsdp every 20, local", "fsdp every 20, s3"):  # in-epoch writes happened
         assert document["cost"][case]["writes"] >= 3

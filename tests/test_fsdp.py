@@ -38,6 +38,31 @@ def weights(trainer):
     return [p.detach().clone() for p in trainer.get_model().parameters()]
 
 
+def trained_state(strategy, **kwargs):
+    """The state_dict of a trainer of ``make`` after two epochs (shut down after)."""
+    trainer = make(strategy, **kwargs)
+    try:
+        trainer.train()
+        trainer.train()
+        return trainer.state_dict()
+    finally:
+        trainer.shutdown()
+
+
+def assert_plain_torch_reads(directory, want, out):
+    """``dcp_to_torch_save`` of a checkpoint directory holds ``want``'s model weights."""
+    dcp_to_torch_save(str(directory), str(out))
+    plain = torch.load(out, weights_only=False)
+    for name, value in want["models"][0].items():
+        assert torch.equal(plain["models"][f"0.{name}"], value), name
+
+
+def assert_same_state(got, want, parts=("models", "optimizers")):
+    for part in parts:
+        pairs = list(zip(_tensors(got[part]), _tensors(want[part])))
+        assert pairs and all(torch.equal(a, b) for a, b in pairs), part
+
+
 def run(trainer, epochs=2):
     try:
         losses = [trainer.train()["train_loss"] for _ in range(epochs)]
@@ -175,9 +200,7 @@ def test_a_commit_reshards_to_another_world_size_and_back(ray_cpus):
             group.start()
             group.restore(commit)
             got = group.execute("state_dict")[0]
-            for part in ("models", "optimizers"):
-                pairs = list(zip(_tensors(got[part]), _tensors(want[part])))
-                assert pairs and all(torch.equal(a, b) for a, b in pairs)
+            assert_same_state(got, want)
             assert got["global_step"] == want["global_step"]
             group.execute("train_epoch", 2)  # and it trains on from there
             commit = group.snapshot()
@@ -192,34 +215,23 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
     not change training (Adam's state is saved before its first step too); plain torch reads
     them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows)."""
     run_dir = tmp_path / "run"
-    trainer = make(FSDP(units=Block), checkpoint_dir=str(run_dir), checkpoint_every_n_steps=2,
-                   checkpoint_every_n_steps_to_disk=4, checkpoint_score_attr="train_loss")
-    try:
-        trainer.train()
-        trainer.train()
-        want = trainer.state_dict()
-    finally:
-        trainer.shutdown()
-    pairs = list(zip(_tensors(want["optimizers"]), _tensors(plain_fsdp[2]["optimizers"])))
-    assert pairs and all(torch.equal(a, b) for a, b in pairs)  # as without checkpoint_dir
+    want = trained_state(FSDP(units=Block), checkpoint_dir=str(run_dir),
+                         checkpoint_every_n_steps=2, checkpoint_every_n_steps_to_disk=4,
+                         checkpoint_score_attr="train_loss")
+    assert_same_state(want, plain_fsdp[2], parts=("optimizers",))  # as without checkpoint_dir
     index = json.loads((run_dir / "index.json").read_text())
     assert [e["step"] for e in index["checkpoints"]] == [8, 12, 16]  # keep_checkpoints=3
     latest = run_dir / index["latest"]
     assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(latest))
     assert index["best"]["file"] == "best" and (run_dir / "best" / ".metadata").exists()
-    dcp_to_torch_save(str(latest), str(tmp_path / "plain.pt"))
-    plain = torch.load(tmp_path / "plain.pt", weights_only=False)
-    for name, value in want["models"][0].items():
-        assert torch.equal(plain["models"][f"0.{name}"], value), name
+    assert_plain_torch_reads(latest, want, tmp_path / "plain.pt")
 
     resumed = make(FSDP(units=Block), num_workers=3, checkpoint_dir=str(run_dir),
                    config={BATCH_SIZE: 48})
     try:
         assert resumed.epoch == 2
         got = resumed.state_dict()
-        for part in ("models", "optimizers"):
-            pairs = list(zip(_tensors(got[part]), _tensors(want[part])))
-            assert pairs and all(torch.equal(a, b) for a, b in pairs)
+        assert_same_state(got, want)
         assert got["global_step"] == want["global_step"]
         resumed.train()  # and it trains on, writing 3-rank checkpoints
         after = resumed.state_dict()
@@ -233,8 +245,7 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
     try:
         loaded.load(str(latest))
         got = loaded.state_dict()
-        pairs = list(zip(_tensors(got["models"]), _tensors(after["models"])))
-        assert pairs and all(torch.equal(a, b) for a, b in pairs)
+        assert_same_state(got, after, parts=("models",))
         assert got["global_step"] == after["global_step"] > want["global_step"]
     finally:
         loaded.shutdown()

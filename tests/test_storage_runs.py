@@ -8,7 +8,6 @@ import logging
 import time
 
 import pytest
-import torch
 
 from fsdp_operators import Block
 from operators_for_tests import LinearOperator
@@ -17,7 +16,7 @@ from raysgd.errors import ConfigError
 from raysgd.state.checkpoint_dir import BEST, CheckpointDirectory
 from raysgd.storage.store import open_store
 from raysgd.utils import BATCH_SIZE
-from test_fsdp import _tensors, make
+from test_fsdp import assert_plain_torch_reads, assert_same_state, make, trained_state
 from test_run_dir import SHUFFLED, _same, _weights
 
 
@@ -105,34 +104,20 @@ def test_an_fsdp_checkpoint_on_s3_resumes_and_plain_torch_reads_it(ray_cpus, s3_
     """Each rank's shards are written in the background (DCP async_save, the default on GPUs,
     asked for here on CPUs) and uploaded by the driver; the directory counts once its marker
     is there."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    trainer = make(FSDP(units=Block, async_checkpoints=True), checkpoint_dir=s3_run,
-                   checkpoint_every_n_steps=2, checkpoint_every_n_steps_to_disk=4)
-    try:
-        trainer.train()
-        trainer.train()
-        want = trainer.state_dict()
-    finally:
-        trainer.shutdown()
+    want = trained_state(FSDP(units=Block, async_checkpoints=True), checkpoint_dir=s3_run,
+                         checkpoint_every_n_steps=2, checkpoint_every_n_steps_to_disk=4)
     directory = _directory(s3_run)
     latest = directory.entries()[-1]["file"]
     local = tmp_path / latest
     for rel in directory.store.files(latest):  # download the directory, as a user would
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
         (local / rel).write_bytes(directory.store.read(f"{latest}/{rel}"))
-    dcp_to_torch_save(str(local), str(tmp_path / "plain.pt"))
-    plain = torch.load(tmp_path / "plain.pt", weights_only=False)
-    for name, value in want["models"][0].items():
-        assert torch.equal(plain["models"][f"0.{name}"], value), name
+    assert_plain_torch_reads(local, want, tmp_path / "plain.pt")
     resumed = make(FSDP(units=Block), num_workers=3, checkpoint_dir=s3_run,
                    config={BATCH_SIZE: 48})  # another worker count: DCP reshards
     try:
         assert resumed.epoch == 2
-        got = resumed.state_dict()
-        for part in ("models", "optimizers"):
-            pairs = list(zip(_tensors(got[part]), _tensors(want[part])))
-            assert pairs and all(torch.equal(a, b) for a, b in pairs)
+        assert_same_state(resumed.state_dict(), want)
     finally:
         resumed.shutdown()
 

@@ -54,6 +54,7 @@ def _costs(args, mode, tmp) -> dict:
     rounds = args.rounds or (1 if args.quick else 3)
     blocks = 1 if args.quick else 2 * rounds
     fsdp_blocks = 1 if args.quick else rounds
+    fsdp_epochs = 1 if args.quick else 2  # timed epochs per block
     s3 = LocalS3()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
@@ -63,11 +64,12 @@ def _costs(args, mode, tmp) -> dict:
                  ("ddp digits, local", DIGITS_TARGET, lambda: cost.measure(
                      "digits", mode, blocks, 2 if args.quick else 8, tmp)),
                  ("fsdp every 20, local", FSDP_TARGET, lambda: fsdp_cost.measure(
-                     mode, fsdp_blocks, 2, os.path.join(tmp, "fsdp"))),
+                     mode, fsdp_blocks, fsdp_epochs, os.path.join(tmp, "fsdp"))),
                  ("fsdp every 20, s3", FSDP_TARGET, lambda: fsdp_cost.measure(
-                     mode, fsdp_blocks, 2, s3.new_run())),
+                     mode, fsdp_blocks, fsdp_epochs, s3.new_run())),
                  ("fsdp every 20, local, async", FSDP_TARGET, lambda: fsdp_cost.measure(
-                     mode, fsdp_blocks, 2, os.path.join(tmp, "async"), async_checkpoints=True)))
+                     mode, fsdp_blocks, fsdp_epochs, os.path.join(tmp, "async"),
+                     async_checkpoints=True)))
         costs = {}
         for name, target, run in cases:
             if args.cases and name not in args.cases:

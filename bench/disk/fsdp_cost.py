@@ -30,9 +30,9 @@ EVERY = 20  # steps between checkpoints
 
 def _trainer(mode: str, async_checkpoints: Optional[bool] = None, **kwargs) -> TorchTrainer:
     """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 64 steps an epoch
-    per rank (2,048 samples, 16 per rank and step; quick: 32 steps, 512 samples, 8)."""
+    per rank (2,048 samples, 16 per rank and step; quick: 16 steps, 512 samples, 16)."""
     quick = mode == "quick"
-    config = {BATCH_SIZE: 8 if quick else 16, "mode": "quick" if quick else "full"}
+    config = {BATCH_SIZE: 16, "mode": "quick" if quick else "full"}
     return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False, config=config,
                         strategy=FSDP(units=Block, async_checkpoints=async_checkpoints),
                         checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
