@@ -378,11 +378,5 @@ def replace_dir(new: str, path: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def make_dirs(store: Store) -> None:
-    """Create a local root (an object store needs no directories)."""
-    if isinstance(store, LocalStore):
-        os.makedirs(store.root, exist_ok=True)
-
-
 def local_path(store: Store) -> Optional[str]:
     return store.root if isinstance(store, LocalStore) else None
