@@ -8,9 +8,9 @@ driver's disk writer fetches the files (``staged_files``, from the actor's ``cop
 thread) into ``checkpoint_dir``. The newest ``KEEP`` steps stay staged; the driver takes a
 step soon after its commit.
 
-DCP writes the shards in the background (``raysgd.worker.dcp_io.save``): a staged step is
-complete once its write is, and ``staged_files`` waits for that on the copies thread, never
-on the training thread.
+DCP may write the shards in the background (``raysgd.worker.dcp_io.save``; on GPUs by
+default): a staged step is complete once its write is, and ``staged_files`` waits for that
+on the actor's ``staging`` thread, never on the training thread.
 """
 from __future__ import annotations
 
