@@ -19,7 +19,7 @@ COMPILE := $(PY) -m compileall -qq -j 0
 # compile them again (0.1 s each). A stale .pyc is never used: Python checks the source.
 OWN_CODE := raysgd tests bench examples operators
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp clean
+.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos clean
 
 install: $(STAMP) $(PTL1_STAMP)
 
@@ -72,3 +72,6 @@ bench-data: install
 
 bench-fsdp: install
 	$(PY) -m bench.fsdp
+
+bench-chaos: install
+	$(PY) -m bench.chaos

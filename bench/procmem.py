@@ -104,3 +104,18 @@ class PeakMemory:
     @property
     def mib(self) -> float:
         return self.peak_bytes / 2**20
+
+
+def descendants(pid: int) -> List[int]:
+    """Every process under ``pid`` (from ``/proc``), not ``pid`` itself."""
+    return [found for found in _descendants(pid, _parents()) if found != pid]
+
+
+def start_ticks(pid: int):
+    """When ``pid`` started (clock ticks since boot, ``/proc/PID/stat`` field 22): tells a
+    process from a later one that reused its pid. None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -31,7 +31,7 @@ def _extra(parser) -> None:
     parser.add_argument("--num-workers", type=int, default=2)
 
 
-def _report(model, optimizer, rank: int, step: int) -> None:
+def report_checkpoint(model, optimizer, rank: int, step: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         saved = None
         if rank == 0:
@@ -67,9 +67,9 @@ def train_loop_per_worker(config: dict) -> None:
             step += 1
             log.completed(step)
             if ray.train.get_preemption_info() is not None and not saved_on_preemption:
-                _report(model, optimizer, rank, step)
+                report_checkpoint(model, optimizer, rank, step)
                 saved_on_preemption = True
-        _report(model, optimizer, rank, step)
+        report_checkpoint(model, optimizer, rank, step)
 
 
 def main() -> None:

@@ -1,0 +1,71 @@
+"""One chaos run: ``python -m bench.chaos.child --trainer NAME --schedule ... --window S``.
+
+Starts the trainer in a fresh process tree (a Ray cluster of its own, or torchrun), applies
+the schedule for the window, prints the figures (``BENCH_RESULT``) and kills everything it
+started. Only what happened inside the window counts.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from bench.chaos.analysis import run_figures
+from bench.chaos.inject import Injector
+from bench.chaos.runners import RUNNERS
+from bench.chaos.schedule import from_args
+from bench.child import emit, parse_args
+from bench.procmem import descendants
+from bench.recovery.steplog import read_log
+from bench.workloads import get_workload
+
+
+def _extra(parser) -> None:
+    parser.add_argument("--trainer", choices=sorted(RUNNERS), required=True)
+    parser.add_argument("--window", type=float, required=True, help="seconds of training")
+    parser.add_argument("--schedule", default="", help="bench.chaos.schedule.to_args text")
+    parser.add_argument("--notice", type=float, required=True, help="a preemption's notice (s)")
+    parser.add_argument("--every", type=int, required=True,
+                        help="the peers' checkpoint interval in steps")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run's directory (step log, rank files, checkpoints)")
+
+
+def _kill_descendants() -> None:
+    for pid in descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def main() -> None:
+    args = parse_args(__doc__, _extra)
+    workload = get_workload(args.workload, args.mode)
+    work = tempfile.mkdtemp(prefix=f"bench-chaos-{args.trainer}-")
+    step_dir, storage = os.path.join(work, "steps"), os.path.join(work, "storage")
+    os.makedirs(step_dir)
+    os.makedirs(storage)
+    runner = RUNNERS[args.trainer](args, step_dir, storage)
+    t0 = runner.start()
+    injector = Injector(from_args(args.schedule), runner.targets, t0, step_dir, args.notice)
+    injector.run_until(t0 + args.window)
+    figures = run_figures(read_log(step_dir), injector.applied, t0, args.window,
+                          workload.batch_size)
+    emit({**figures, "trainer": args.trainer, "window_s": args.window,
+          "global_batch": workload.batch_size, "applied": injector.applied,
+          "trainer_error": runner.error, "reported": runner.reported, "wall_s_child": time.time() - t0})
+    sys.stdout.flush()
+    _kill_descendants()
+    if args.keep:
+        print(f"kept {work}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
