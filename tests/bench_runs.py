@@ -26,6 +26,7 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
              ("--variants", "second_reuse", "second_noreuse", "tune_raysgd", "tune_raytrain",
               "raysgd_recovery_warm")),
     "recovery": ("test_bench_recovery_smoke", "bench.recovery", ()),
+    "chaos": ("test_bench_chaos_smoke", "bench.chaos", ()),
     "data": ("test_bench_data_smoke", "bench.data", ()),
     "main": ("test_bench_smoke", "bench", ("--workload", "mlp")),
     "disk": ("test_bench_disk_smoke", "bench.disk", ()),

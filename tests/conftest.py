@@ -18,7 +18,9 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+        # address="local": a new Ray of its own, never one a benchmark's or a script's
+        # ray.cluster_utils.Cluster left in /tmp/ray/ray_current_cluster.
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -29,14 +29,23 @@ def steady_rate(records: Sequence[Record], since: float) -> Optional[float]:
     return (late[-1][0] - late[0][0]) / (late[-1][1] - late[0][1])
 
 
-def _rollbacks(records: Sequence[Record], start: float, stop: float) -> int:
-    """Steps re-run because of rollbacks logged in ``(start, stop]``."""
-    redone, previous = 0, None
+def _rollbacks(records: Sequence[Record]) -> List[Tuple[float, int]]:
+    """``(wall, steps re-run)`` of every rollback in the log."""
+    found, previous = [], None
     for step, wall, _ in records:
-        if previous is not None and start < wall <= stop and step <= previous:
-            redone += previous - (step - 1)
+        if previous is not None and step <= previous:
+            found.append((wall, previous - (step - 1)))
         previous = step
-    return redone
+    return found
+
+
+def _cause(events: List[Dict[str, Any]], wall: float) -> Optional[int]:
+    """Which event a rollback logged at ``wall`` is charged to: the latest one before it,
+    passing over preemption notices whose node had not gone yet (a notice alone makes no
+    trainer roll back; a kill landing during it does)."""
+    before = [i for i, event in enumerate(events) if event["time"] < wall]
+    gone = [i for i in before if events[i]["end"] <= wall]
+    return (gone or before or [None])[-1]
 
 
 def _pause(records: Sequence[Record], start: float, stop: float) -> float:
@@ -52,15 +61,20 @@ def _pause(records: Sequence[Record], start: float, stop: float) -> float:
 
 def event_figures(records: Sequence[Record], applied: List[Dict[str, Any]],
                   window_end: float) -> List[Dict[str, Any]]:
-    """Per landed event, up to the next one: ``pause_s`` (:func:`_pause`) and
-    ``redone_steps`` (the rollbacks logged)."""
+    """Per landed event: ``pause_s`` (:func:`_pause`, up to the next event) and
+    ``redone_steps`` (the rollbacks charged to it, :func:`_cause`)."""
     landed = sorted((e for e in applied if e["landed"]), key=lambda e: e["time"])
+    redone = [0] * len(landed)
+    for wall, steps in _rollbacks(records):
+        cause = _cause(landed, wall)
+        if cause is not None:
+            redone[cause] += steps
     out = []
     for index, event in enumerate(landed):
         stop = landed[index + 1]["time"] if index + 1 < len(landed) else window_end
         out.append({"kind": event["kind"], "time": event["time"],
                     "pause_s": _pause(records, event["time"], stop),
-                    "redone_steps": _rollbacks(records, event["time"], stop)})
+                    "redone_steps": redone[index]})
     return out
 
 

@@ -60,6 +60,7 @@ def main() -> None:
           "trainer_error": runner.error, "reported": runner.reported, "wall_s_child": time.time() - t0})
     sys.stdout.flush()
     _kill_descendants()
+    runner.targets.forget()
     if args.keep:
         print(f"kept {work}", flush=True)
     else:

@@ -46,6 +46,9 @@ class ProcessTargets:
     def __init__(self, step_dir: str):
         self.step_dir = step_dir
 
+    def forget(self) -> None:
+        """Nothing to forget: no cluster."""
+
     def _pid(self, rank: int) -> Optional[int]:
         found = read_rank(self.step_dir, rank)
         return found[0] if found else None
@@ -119,6 +122,12 @@ class RayTargets:
         return (f"ok: node {node.node_id[:8]} drained, gone in {notice_s:.0f}s",
                 lambda: self._replace(node))
 
-    def shutdown(self) -> None:
-        self.cluster.shutdown()
+    def forget(self) -> None:
+        """Once its processes are killed: drop the address file the cluster wrote
+        (``/tmp/ray/ray_current_cluster``), or a later ``ray.init()`` on this machine would try
+        to join the dead cluster."""
+        from ray._private.utils import get_ray_address_file, read_ray_address
+
+        if read_ray_address() == self.cluster.address:
+            os.remove(get_ray_address_file(None))
 

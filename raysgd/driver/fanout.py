@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from raysgd.driver import placement
 from raysgd.driver.failures import primary_failure
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import RankFailure
@@ -34,6 +35,7 @@ class FanOut:
     use_local: bool
     num_workers: int
     left_running: bool
+    _nodes: List[str]
     _threads: Optional[concurrent.futures.ThreadPoolExecutor]
 
     # ---------------------------------------------------------------- fan-out
@@ -110,9 +112,11 @@ class FanOut:
             # the grace period; ranks still inside the call are left_running, and
             # the caller replaces the group (a restart) instead of reusing it.
             self._collect_stragglers(pending, local_future, results, failures)
-            self.left_running = bool(pending) or (local_future is not None
-                                                  and not local_future.done())
             self._probe_liveness(failures, watch)
+            # A rank whose call never returned because its node died is not running.
+            dead = {f.rank for f in failures if f.died}
+            self.left_running = bool(set(pending.values()) - dead) or (
+                local_future is not None and not local_future.done())
         elif failures:
             for ref, rank in pending.items():
                 self._collect(ref, rank, results, failures)
@@ -174,7 +178,8 @@ class FanOut:
         known = {f.rank for f in failures if f.died}
         probes = {actor.progress.remote(): i + offset for i, actor in enumerate(self.actors)
                   if i + offset not in known}
-        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=FAILURE_GRACE_S * 2)
+        ready, unanswered = ray.wait(list(probes), num_returns=len(probes),
+                                     timeout=FAILURE_GRACE_S * 2)
         for ref in ready:
             try:
                 report = ray.get(ref)
@@ -182,3 +187,16 @@ class FanOut:
                     watch.monitor.observe(probes[ref], report)
             except RayActorError as err:
                 failures.append(RankFailure(probes[ref], err, str(err), died=True))
+        self._silent_on_lost_nodes([probes[ref] for ref in unanswered], failures)
+
+    def _silent_on_lost_nodes(self, ranks: List[int], failures: List[RankFailure]) -> None:
+        """Ranks that did not answer because their node died a moment ago (Ray lists it
+        alive until its health checks fail, seconds later, and their calls hang till then)
+        are dead, not busy: the group can replace them with the others staying."""
+        nodes = {rank: self._nodes[rank] for rank in ranks if rank < len(self._nodes)}
+        lost = placement.unreachable_nodes(set(nodes.values()))
+        for rank, node in nodes.items():
+            if node in lost:
+                error = ConnectionError(f"node {node[:12]} is unreachable: its raylet refuses "
+                                        "connections")
+                failures.append(RankFailure(rank, error, str(error), died=True))

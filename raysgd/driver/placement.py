@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Collection, Dict, List, Optional, Set
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -47,6 +48,22 @@ def inside_placement_group() -> bool:
 
 def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def unreachable_nodes(nodes: Collection[str], timeout_s: float = 0.5) -> Set[str]:
+    """Those of ``nodes`` Ray lists alive whose raylet takes no connection: nodes that died
+    moments ago. None under Ray Client, whose driver may reach no raylet at all."""
+    if driver_is_ray_client():
+        return set()
+    found = set()
+    for node in ray.nodes():
+        if node["NodeID"] in nodes and node.get("Alive"):
+            try:
+                socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]),
+                                         timeout=timeout_s).close()
+            except OSError:
+                found.add(node["NodeID"])
+    return found
 
 
 def driver_node() -> Optional[str]:

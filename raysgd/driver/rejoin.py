@@ -61,7 +61,11 @@ class Rejoin:
         ``placement_timeout_s``). Returns the operators' summaries; raises when a bundle
         finds no room (the caller then stops the group)."""
         offset, ranks = self._first_remote, list(ranks)
-        alive = placement.alive_nodes() - set(avoid)
+        # A node that died a moment ago is still listed alive (Ray marks it dead once its
+        # health checks fail, seconds later) and would be given the newcomers, which never
+        # start there: its bundles are placed anew elsewhere, as for a draining node.
+        avoid = set(avoid) | placement.unreachable_nodes({self._nodes[rank] for rank in ranks})
+        alive = placement.alive_nodes() - avoid
         assigned = self._assign_spares(ranks, alive)
         workers = [rank - offset for rank in ranks if rank not in assigned]
         newcomers = {rank: spare.actor for rank, spare in assigned.items()}
@@ -167,7 +171,7 @@ class Rejoin:
         if self._spare_plan is None or self._spare_plan[0] != key:
             cpus = {node: n for node, n in placement.node_cpus().items() if node not in avoid}
             nodes = spare_plan.spare_nodes(self.warm.spares, self._nodes, self._reserved_cpus(),
-                                           cpus)
+                                           cpus, elsewhere=not self.residence.keeps_group)
             self._spare_plan = (key, nodes)
         missing = self._spare_plan[1][len(self.spares):]
         if missing:
