@@ -98,6 +98,7 @@ class TorchrunRunner:
     def __init__(self, args, step_dir: str, storage: str):
         self.args, self.step_dir = args, step_dir
         self.checkpoint = os.path.join(storage, "state.pt")
+        self.log = open(os.path.join(storage, "torchrun.log"), "w")  # kept with --keep
         self.targets = ProcessTargets(step_dir)
         self.proc: Optional[subprocess.Popen] = None
         self.reported: Dict[str, Any] = {}
@@ -115,7 +116,7 @@ class TorchrunRunner:
              "--workload", self.args.workload, "--mode", self.args.mode,
              "--threads", str(self.args.threads), "--step-dir", self.step_dir,
              "--checkpoint", self.checkpoint, "--every", str(self.args.every)],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         return t0
 
 

@@ -29,8 +29,7 @@ GRACE_S = 0.5
 
 
 def _die() -> None:
-    # SIGKILL rather than exit(143): after a rank exits 143, torchrun 2.13's restarted
-    # group timed out connecting to the old rank's gloo address, every attempt (checked).
+    """Exit at once: nothing in this process needs cleaning up."""
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -47,6 +46,21 @@ def _watch_sigterm(noticed: threading.Event) -> None:
     threading.Thread(target=_wait, daemon=True, name="sigterm").start()
 
 
+def _init_group() -> None:
+    """The default group, on torchrun's store with this attempt's own key prefix.
+
+    Without the prefix, a group restarted by torchrun 2.13 sometimes read the previous
+    attempt's gloo addresses from the agent's store, timed out connecting to them and failed
+    again, every attempt after (seen in this benchmark: a run stuck for the rest of its
+    window). A careful loop works around it this way."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}/", store),
+                            rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]))
+
+
 def _extra(parser) -> None:
     parser.add_argument("--step-dir", required=True)
     parser.add_argument("--checkpoint", required=True, help="the checkpoint file")
@@ -59,7 +73,7 @@ def main() -> None:
     _watch_sigterm(noticed)
     set_threads(args.threads)
     workload = get_workload(args.workload, args.mode)
-    dist.init_process_group("gloo")
+    _init_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     log = ChaosLog(args.step_dir, f"node{rank}")
     model = workload.model()
