@@ -113,11 +113,11 @@ def main(argv=None) -> int:
                            "peer_checkpoint_every_steps": every,
                            "num_workers": NUM_WORKERS, "mtbfs_s": mtbfs})
     print_report(summaries, rows, meta)
-    plot = os.path.splitext(args.out)[0] + ".png"
-    if write_plot(summaries, mtbfs, plot):
-        print(f"plot written to {plot}")
     write_json(args.out, {"meta": meta, "cells": summaries, "targets": rows, "runs": cells})
     print(f"written to {args.out}")
+    plot = os.path.splitext(args.out)[0] + ".png"  # beside the JSON, whose folder now exists
+    if write_plot(summaries, mtbfs, plot):
+        print(f"plot written to {plot}")
     failed = [key for key, runs_ in cells.items() if not all(r["ok"] for r in runs_)]
     if failed:
         print(f"failed runs in: {', '.join(failed)} (see 'error' in the JSON)", file=sys.stderr)
