@@ -85,9 +85,10 @@ def run_figures(records: Sequence[Record], applied: List[Dict[str, Any]], t0: fl
     inside = [record for record in records if record[1] <= window_end]
     steady = (steady_rate(inside, t0 + window_s / 2)
               if not any(event["landed"] for event in applied) else None)
-    return {"progress_steps": progress(inside), "samples": progress(inside) * global_batch,
-            "logged_steps": len(inside), "redone_steps": redone_steps(inside),
-            "redone_samples": redone_steps(inside) * global_batch,
+    done, redone = progress(inside), redone_steps(inside)
+    return {"progress_steps": done, "samples": done * global_batch,
+            "logged_steps": len(inside), "redone_steps": redone,
+            "redone_samples": redone * global_batch,
             "first_step_s": inside[0][1] - t0 if inside else None,
             "steady_samples_per_s": steady * global_batch if steady else None,
             "restarts": max(0, len({pid for _, _, pid in inside}) - 1),

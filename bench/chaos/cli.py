@@ -49,7 +49,8 @@ def plan(quick: bool, repeats: int, seed: int) -> List[Dict[str, Any]]:
     rates = [QUICK_MTBF_S] if quick else list(MTBFS_S)
     runs = []
     for rep in range(repeats):
-        order = TRAINERS[rep % 3:] + TRAINERS[:rep % 3]
+        shift = rep % len(TRAINERS)
+        order = TRAINERS[shift:] + TRAINERS[:shift]
         # Quick: only torchrun's unfaulted run, the goodput denominator.
         runs += [{"trainer": t, "mtbf": None, "window": unfaulted, "events": [], "rep": rep}
                  for t in order if not quick or t == "torchrun"]

@@ -5,6 +5,7 @@ A run resumed from a checkpoint taken after ``step`` steps starts in that step's
 """
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Callable
 
@@ -12,26 +13,27 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from bench.loop import train_epoch
+
 
 def train_steps(model: nn.Module, optimizer, criterion: nn.Module, loader: DataLoader,
                 step: int, on_step: Callable[[int], None]) -> None:
     """Train from global step ``step`` until the process is stopped; ``on_step(step)``
     after each optimizer step, with the global step count."""
-    model.train()
     epoch = step // len(loader)
+
+    def advance() -> None:
+        nonlocal step
+        step += 1
+        on_step(step)
+
     while True:
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
-        skip = step - epoch * len(loader)
-        for index, (features, target) in enumerate(loader):
-            if index < skip:
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            criterion(model(features), target).backward()
-            optimizer.step()
-            step += 1
-            on_step(step)
+        done = step - epoch * len(loader)  # batches of this epoch trained before a resume
+        train_epoch(model, optimizer, criterion, itertools.islice(loader, done, None),
+                    on_step=advance)
         epoch += 1
 
 

@@ -25,11 +25,16 @@ def cell_key(trainer: str, mtbf: Optional[float]) -> str:
     return f"{trainer}@{'none' if mtbf is None else f'{mtbf:g}s'}"
 
 
-def baseline_rate(cells: Dict[str, List[Dict[str, Any]]]) -> Optional[float]:
-    """Unfaulted torchrun's steady samples/s (median over its runs): the denominator."""
-    found = stats([r["steady_samples_per_s"] for r in cells.get(cell_key("torchrun", None), [])
+def steady_rate(cells: Dict[str, List[Dict[str, Any]]], trainer: str) -> Optional[float]:
+    """``trainer``'s unfaulted steady samples/s (median over its runs), None without one."""
+    found = stats([r["steady_samples_per_s"] for r in cells.get(cell_key(trainer, None), [])
                    if r["ok"] and r.get("steady_samples_per_s")])
     return found["median"] if found else None
+
+
+def baseline_rate(cells: Dict[str, List[Dict[str, Any]]]) -> Optional[float]:
+    """Unfaulted torchrun's steady samples/s: the goodput denominator."""
+    return steady_rate(cells, "torchrun")
 
 
 def goodput(run: Dict[str, Any], baseline: Optional[float]) -> Optional[float]:
@@ -40,9 +45,7 @@ def goodput(run: Dict[str, Any], baseline: Optional[float]) -> Optional[float]:
 
 def _step_s(cells, trainer: str, baseline: Optional[float], batch: int) -> Optional[float]:
     """Seconds per step unfaulted: the trainer's own steady rate, else torchrun's."""
-    own = stats([r["steady_samples_per_s"] for r in cells.get(cell_key(trainer, None), [])
-                 if r["ok"] and r.get("steady_samples_per_s")])
-    rate = own["median"] if own else baseline
+    rate = steady_rate(cells, trainer) or baseline
     return batch / rate if rate else None
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Callable, Optional, Tuple
 
 from bench.chaos.ranklog import read_rank
+from bench.recovery.drain import drain
 from bench.procmem import start_ticks
 
 NODE_CPUS = 2
@@ -67,16 +67,16 @@ class ProcessTargets:
         return outcome, _killer(pid) if outcome.startswith("ok") else None
 
 
-class RayTargets:
+class RayTargets(ProcessTargets):
     """A ``ray.cluster_utils.Cluster`` of a CPU-less head (the driver's) and ``NUM_NODES``
-    nodes of ``NODE_CPUS``. A lost or preempted node is replaced by a fresh one as soon as it
-    is gone, as an autoscaler or a spot pool would (here at once: the figure is the
-    trainer's, not the cloud's)."""
+    nodes of ``NODE_CPUS``; a kill is as for processes. A lost or preempted node is replaced
+    by a fresh one as soon as it is gone, as an autoscaler or a spot pool would (here at
+    once: the figure is the trainer's, not the cloud's)."""
 
     def __init__(self, step_dir: str):
         from ray.cluster_utils import Cluster
 
-        self.step_dir = step_dir
+        super().__init__(step_dir)
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         for _ in range(NUM_NODES):
             self.cluster.add_node(num_cpus=NODE_CPUS)
@@ -87,10 +87,6 @@ class RayTargets:
             return None
         return next((node for node in self.cluster.worker_nodes
                      if node.node_id == found[1]), None)
-
-    def kill(self, rank: int) -> str:
-        found = read_rank(self.step_dir, rank)
-        return _signal(found[0], signal.SIGKILL) if found else "missed: no process yet"
 
     def _replace(self, node) -> bool:
         if node not in self.cluster.worker_nodes:
@@ -106,18 +102,11 @@ class RayTargets:
         return f"ok: node {node.node_id[:8]} lost" if self._replace(node) else "missed: node gone"
 
     def preempt(self, rank: int, notice_s: float) -> Tuple[str, Optional[Callable]]:
-        import ray
-        from ray.core.generated import autoscaler_pb2
-
         node = self._node(rank)
         if node is None:
             return "missed: the rank's node is gone already", None
-        gcs = ray._private.worker.global_worker.gcs_client
-        deadline_ms = int((time.time() + notice_s) * 1000)
-        accepted, why = gcs.drain_node(
-            node.node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-            "bench.chaos: spot preemption", deadline_ms)
-        if not accepted:
+        why = drain(node.node_id, notice_s, "bench.chaos: spot preemption")
+        if why is not None:
             return f"missed: drain refused ({why})", None
         return (f"ok: node {node.node_id[:8]} drained, gone in {notice_s:.0f}s",
                 lambda: self._replace(node))

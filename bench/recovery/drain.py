@@ -39,6 +39,20 @@ def start_cluster():
     return cluster
 
 
+def drain(node_id: str, deadline_s: float, message: str) -> Optional[str]:
+    """Drain ``node_id`` for preemption with a deadline ``deadline_s`` from now, through Ray's
+    GCS (the call ``ray drain-node`` makes, as KubeRay and the autoscaler do); None when Ray
+    accepted it, else why not."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    gcs = ray._private.worker.global_worker.gcs_client
+    accepted, why = gcs.drain_node(
+        node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message,
+        int((time.time() + deadline_s) * 1000))
+    return None if accepted else str(why)
+
+
 class Drainer(threading.Thread):
     """Drains rank 0's node at ``notice_step`` and removes it at the deadline."""
 
@@ -60,9 +74,6 @@ class Drainer(threading.Thread):
             self.error = repr(exc)
 
     def _run(self) -> None:
-        import ray
-        from ray.core.generated import autoscaler_pb2
-
         give_up = time.monotonic() + self.timeout_s
         while not (read_log(self.step_dir) and read_log(self.step_dir)[-1][0] >= self.notice_step):
             if time.monotonic() > give_up:
@@ -71,17 +82,14 @@ class Drainer(threading.Thread):
             time.sleep(0.005)
         self.node = read_node(self.step_dir, 0)
         target = next(n for n in self.cluster.list_all_nodes() if n.node_id == self.node)
-        gcs = ray._private.worker.global_worker.gcs_client
-        deadline_ms = int((time.time() + self.deadline_s) * 1000)
         self.step_at_notice = read_log(self.step_dir)[-1][0]
-        accepted, why = gcs.drain_node(
-            self.node, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-            "bench: spot preemption", deadline_ms)
+        deadline = time.time() + self.deadline_s
+        why = drain(self.node, self.deadline_s, "bench: spot preemption")
         self.notice_time = time.time()
-        if not accepted:
+        if why is not None:
             self.error = f"drain refused: {why}"
             return
-        time.sleep(max(0.0, deadline_ms / 1000.0 - time.time()))
+        time.sleep(max(0.0, deadline - time.time()))
         self.cluster.remove_node(target)
         self.removed_time = time.time()
 
