@@ -26,15 +26,3 @@ def test_an_explicit_count_keeps_that_many_wherever_the_group_runs():
     assert spare_nodes(0, ["a", "b"], {}, {"a": 8.0, "b": 8.0}) == []
     assert spare_nodes(3, [], {}, {}) == []
     assert most(None) == 1 and most(0) == 0 and most(3) == 3
-
-
-def test_a_cpu_spare_goes_to_another_live_node_when_the_groups_nodes_are_full():
-    # Both workers fill node a; node b is idle: the default keeps its spare there (a CPU
-    # spare can take any rank), not with a GPU group's spares, which must share a node.
-    cpus = {"head": 0.0, "a": 2.0, "b": 2.0, "c": 1.0}
-    assert spare_nodes(None, ["a", "a"], {"a": 2.0}, cpus, elsewhere=True) == ["b"]
-    assert spare_nodes(None, ["a", "a"], {"a": 2.0}, cpus) == []
-    # The group's own nodes still come first where they have room.
-    assert spare_nodes(None, ["a", "a"], {"a": 1.0}, cpus, elsewhere=True) == ["a"]
-    # A node without a free CPU (the CPU-less head) is no place for one.
-    assert spare_nodes(None, ["a"], {"a": 2.0}, {"head": 0.0, "a": 2.0}, elsewhere=True) == []

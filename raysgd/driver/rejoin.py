@@ -171,7 +171,7 @@ class Rejoin:
         if self._spare_plan is None or self._spare_plan[0] != key:
             cpus = {node: n for node, n in placement.node_cpus().items() if node not in avoid}
             nodes = spare_plan.spare_nodes(self.warm.spares, self._nodes, self._reserved_cpus(),
-                                           cpus, elsewhere=not self.residence.keeps_group)
+                                           cpus)
             self._spare_plan = (key, nodes)
         missing = self._spare_plan[1][len(self.spares):]
         if missing:
