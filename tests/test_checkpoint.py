@@ -69,3 +69,41 @@ def test_save_refuses_state_that_load_would_refuse(tmp_path):
         checkpoint.save(str(tmp_path / "np.pt"), {"models": [], "optimizers": [],
                                                   "operator": {"arr": np.ones(3)}})
     assert not (tmp_path / "np.pt").exists()
+
+
+def test_the_writers_files_skip_crc_and_still_load(tmp_path):
+    import zipfile
+
+    path = str(tmp_path / "ck.pt")
+    checkpoint.save_file(path, {"models": [{"w": torch.arange(4.0)}], "optimizers": [{}]})
+    assert torch.equal(checkpoint.load(path)["models"][0]["w"], torch.arange(4.0))
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is not None  # no CRC32 written: zip tools notice, torch does not
+    assert torch.serialization.get_crc32_options() is True  # the process-wide option restored
+
+
+def test_the_commit_file_views_the_snapshots_and_is_linked_into_place(tmp_path):
+    import numpy as np
+
+    from raysgd.state.commit import Commit
+    from raysgd.state.commit_files import CommitFiles, to_checkpoint
+    from raysgd.state.packing import pack_tensors
+    from raysgd.storage.store import LocalStore
+
+    weight = torch.arange(6.0)
+    snaps = [{"state": pack_tensors({"models": [{"w": weight}], "optimizers": [{}]})},
+             {"state": pack_tensors({"rng": torch.ones(3)})}]
+    viewed = to_checkpoint(snaps, {"step": 1})["models"][0]["w"]
+    assert viewed.data_ptr() == snaps[0]["state"]["models"][0]["w"].data.ctypes.data  # no copy
+    assert isinstance(snaps[0]["state"]["models"][0]["w"].data, np.ndarray)
+    source, store = CommitFiles(lambda refs: refs), LocalStore(str(tmp_path / "run"))
+    staged = source.content(Commit(1, 0, 2, snaps), {"step": 1}, store.staging_dir())
+    assert os.path.dirname(staged) == store.root and os.path.basename(staged).startswith(".tmp-")
+    store.write("checkpoint-000001.pt", staged)
+    placed = os.path.join(store.root, "checkpoint-000001.pt")
+    assert os.stat(placed).st_ino == os.stat(staged).st_ino  # a link, not a second copy
+    source.release(staged)
+    assert os.listdir(store.root) == ["checkpoint-000001.pt"]
+    loaded = checkpoint.load(placed)
+    assert torch.equal(loaded["models"][0]["w"], weight) and loaded["raysgd_run"] == {"step": 1}
+    assert torch.equal(loaded["ranks"][0]["rng"], torch.ones(3))

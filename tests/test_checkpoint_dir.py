@@ -13,8 +13,8 @@ from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import BEST, INDEX, CheckpointDirectory
 from raysgd.state.commit import Commit
-from raysgd.state.disk_checkpoints import (CommitFiles, DiskCheckpointer, ScoreRule,
-                                           check_compatible, to_checkpoint, to_snapshots)
+from raysgd.state.commit_files import CommitFiles, to_checkpoint, to_snapshots
+from raysgd.state.disk_checkpoints import DiskCheckpointer, ScoreRule, check_compatible
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.packing import pack_tensors
 
@@ -166,7 +166,8 @@ def test_writer_writes_call_ends_and_every_n_steps_inside_a_call(tmp_path):
     writer.commit_moved(_commit(4), in_epoch=True)  # replaces the old step 4
     writer.close()
     assert [e["step"] for e in writer.directory.entries()] == [8, 11, 12, 2, 4]
-    assert writer._serialized is None  # nothing pending: no checkpoint bytes kept on the heap
+    # Each file was staged beside its place and linked in: no staged file is left over.
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
 
 
 def test_a_checkpoint_of_a_listed_step_replaces_it(tmp_path):

@@ -18,7 +18,8 @@ from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
-from raysgd.state.disk_checkpoints import DiskCheckpointer, StagedShards, to_snapshots
+from raysgd.state.commit_files import to_snapshots
+from raysgd.state.disk_checkpoints import DiskCheckpointer, StagedShards
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RUN_FILE, SHARDED_KEY, read_dir, write_dir
 from raysgd.storage.store import LocalStore

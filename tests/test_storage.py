@@ -20,7 +20,8 @@ from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
-from raysgd.state.disk_checkpoints import CommitFiles, DiskCheckpointer
+from raysgd.state.commit_files import CommitFiles
+from raysgd.state.disk_checkpoints import DiskCheckpointer
 from raysgd.state.dirblob import pin_files
 from raysgd.state.sharded_dir import RUN_FILE, read_dir, write_dir
 from raysgd.storage.mirror import LogMirror

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
 from raysgd.state.checkpoint_dir import CheckpointDirectory, owned_by_checkpoints
-from raysgd.state.disk_checkpoints import (DiskCheckpointer, ScoreRule, check_compatible, operator_name,
-                                     to_snapshots)
+from raysgd.state.commit_files import to_snapshots
+from raysgd.state.disk_checkpoints import DiskCheckpointer, ScoreRule, check_compatible, operator_name
 from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.storage.mirror import LogMirror
 from raysgd.storage.probe import check_store
@@ -172,7 +172,7 @@ class RunRecorder:
 
     def start(self, source: Any) -> None:
         """Workers are up (and resumed): start writing checkpoints, whose content comes from
-        ``source`` (``raysgd.state.disk_checkpoints.CommitFiles`` or ``StagedShards``)."""
+        ``source`` (``raysgd.state.commit_files.CommitFiles`` or ``disk_checkpoints.StagedShards``)."""
         if self.directory is not None:
             self.checkpointer = DiskCheckpointer(self.directory, source, self.operator,
                                                  self.disk.every_n_steps, self.disk.score,

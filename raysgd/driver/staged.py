@@ -17,7 +17,8 @@ from raysgd.driver import placement
 from raysgd.driver.watch import fetch_to_driver
 from raysgd.errors import CheckpointError, first_line
 from raysgd.state.dirblob import DirBlob, unpin
-from raysgd.state.disk_checkpoints import CommitFiles, StagedShards
+from raysgd.state.commit_files import CommitFiles
+from raysgd.state.disk_checkpoints import StagedShards
 from raysgd.state.disk_schedule import DiskSchedule
 
 FETCH_TIMEOUT_S = 300.0

@@ -10,13 +10,12 @@ process group.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Iterable, Sequence, Tuple
 
 import torch
 
 from raysgd.errors import CheckpointError
-from raysgd.state.packing import PackedTensor
+from raysgd.state.packing import PackedTensor, view_tensor
 
 MARK = "__raysgd_chunk__"
 
@@ -32,12 +31,7 @@ def is_chunk(value: Any) -> bool:
 
 def as_tensor(data: Any) -> torch.Tensor:
     """A tensor or a :class:`PackedTensor`, the latter viewed without copying."""
-    if isinstance(data, PackedTensor):
-        with warnings.catch_warnings():  # read-only shared memory; we only read from it
-            warnings.simplefilter("ignore", UserWarning)
-            flat = torch.from_numpy(data.data)
-        return flat.view(data.dtype).reshape(data.shape)
-    return data
+    return view_tensor(data) if isinstance(data, PackedTensor) else data
 
 
 def _pieces(sources: Iterable[Any]):

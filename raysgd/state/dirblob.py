@@ -9,25 +9,17 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Dict, Iterator, Tuple
+from typing import Dict
 
-from raysgd.storage.store import FileRef, inside
+from raysgd.storage.files import FileRef, inside, walk_files
 
 DirBlob = Dict[str, bytes]  # path relative to the directory -> file contents
 PINNED_PREFIX = "pinned-"
 
 
-def _walk(path: str) -> Iterator[Tuple[str, str]]:
-    """``(path relative to path, full path)`` of every file under ``path``."""
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            full = os.path.join(root, name)
-            yield os.path.relpath(full, path), full
-
-
 def pack_dir(path: str) -> DirBlob:
     blob: DirBlob = {}
-    for relative, full in _walk(path):
+    for relative, full in walk_files(path):
         with open(full, "rb") as handle:
             blob[relative] = handle.read()
     return blob
@@ -38,7 +30,7 @@ def pin_files(path: str, beside: str) -> Dict[str, FileRef]:
     filesystem): what :func:`pack_dir` would send, named instead."""
     pinned = tempfile.mkdtemp(prefix=PINNED_PREFIX, dir=beside)
     refs: Dict[str, FileRef] = {}
-    for relative, full in _walk(path):
+    for relative, full in walk_files(path):
         target = os.path.join(pinned, relative)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.link(full, target)

@@ -8,11 +8,10 @@ newest pending one replaces an older one that was not written yet (it holds
 everything the older one did). No Ray here: the trainer chooses the source
 of a checkpoint's content once, from the strategy.
 
-:class:`CommitFiles` (replicated strategies): a file of rank 0's full state (what
-``save`` writes, so ``load`` reads it) plus ``ranks``, every other rank's own
-position and RNGs, and ``raysgd_run``, the metadata: operator class, world size,
-step and epoch. :class:`StagedShards` (sharding strategies): a DCP directory
-(``raysgd.state.sharded_dir``) of the files each rank staged for the commit's step.
+:class:`raysgd.state.commit_files.CommitFiles` (replicated strategies): one file, what
+``save`` writes. :class:`StagedShards` (sharding strategies): a DCP directory
+(``raysgd.state.sharded_dir``) of the files each rank staged for the commit's step. A
+source gives a job's ``content`` and ``release`` s it after the write.
 """
 from __future__ import annotations
 
@@ -26,12 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from raysgd.errors import CheckpointError, ConfigError, first_line
-from raysgd.state import checkpoint as checkpoint_io
-from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY, CheckpointDirectory
+from raysgd.state.checkpoint_dir import CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.dirblob import DirBlob
 from raysgd.state.disk_schedule import DiskSchedule
-from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import write_dir
 from raysgd.state.write_queue import Job, WriteQueue
 
@@ -81,47 +78,6 @@ class ScoreRule:
         return best is None or (score < best if self.mode == "min" else score > best)
 
 
-def to_checkpoint(snapshots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
-    """The file's content for a commit's snapshot dicts (rank order)."""
-    state = unpack_tensors(snapshots[0]["state"])
-    state[RANKS_KEY] = [unpack_tensors(snap["state"]) for snap in snapshots[1:]]
-    state[RUN_KEY] = meta
-    return state
-
-
-def to_snapshots(state: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    """The inverse of :func:`to_checkpoint`: ``(meta, snapshot dicts in rank order)``."""
-    meta = state.get(RUN_KEY) or {}
-    primary = {k: v for k, v in state.items() if k not in (RANKS_KEY, RUN_KEY)}
-    parts = [primary] + list(state.get(RANKS_KEY) or [])
-    step = int(meta.get("step", primary.get("steps", 0)))
-    return meta, [{"step": step, "call_done": 0, "world_size": len(parts),
-                   "state": pack_tensors(part), "meters": None} for part in parts]
-
-
-class CommitFiles:
-    """A checkpoint file built on the driver from a commit's snapshots (rank 0's holds the
-    whole state); ``fetch`` turns snapshot handles into the snapshot dicts."""
-
-    def __init__(self, fetch: Callable[[List[Any]], List[dict]]):
-        self.fetch = fetch
-        self._verified = False
-
-    def content(self, commit: Commit, meta: Dict[str, Any]) -> bytes:
-        try:
-            snapshots = self.fetch(commit.snapshots)
-        except Exception as exc:  # Ray's errors (a lost object, a timeout) are not storage's
-            raise CheckpointError(f"the commit of step {commit.step} could not be fetched "
-                                  f"({type(exc).__name__}: {first_line(exc)})") from exc
-        data = checkpoint_io.to_bytes(to_checkpoint(snapshots, meta))
-        if not self._verified:
-            # What load() would refuse (say numpy arrays in an operator's state_dict)
-            # is refused once here, loudly, rather than at resume time.
-            checkpoint_io.from_bytes(data, source="The state to checkpoint")
-            self._verified = True
-        return data
-
-
 class StagedShards:
     """A sharded checkpoint directory of the files every rank staged on its own node for
     the commit's step; ``fetch_staged(step)`` yields them one rank at a time."""
@@ -131,8 +87,12 @@ class StagedShards:
         self.fetch_staged = fetch_staged
         self.stage_now = stage_now  # every rank stages the current step, off schedule
 
-    def content(self, commit: Commit, meta: Dict[str, Any]) -> Callable[[Any, str], str]:
+    def content(self, commit: Commit, meta: Dict[str, Any],
+                staging: str) -> Callable[[Any, str], str]:
         return lambda store, rel: write_dir(self.fetch_staged(commit.step), meta, store, rel)
+
+    def release(self, content: Any) -> None:
+        """Nothing to free: the ranks' staged files are theirs."""
 
 
 class DiskCheckpointer:
@@ -158,7 +118,6 @@ class DiskCheckpointer:
         self._busy = False
         self._closed = False
         self._flushing = 0  # callers waiting in flush(): write without the settle delay
-        self._serialized: Optional[Tuple[Commit, Any, Dict[str, Any]]] = None
         self._thread = threading.Thread(target=self._run, name="raysgd-checkpoint-writer",
                                         daemon=True)
         self._thread.start()
@@ -284,8 +243,6 @@ class DiskCheckpointer:
             finally:
                 with self._cond:
                     self._busy = False
-                    if not any(j.commit is job.commit for j in self._queue.pending.values()):
-                        self._serialized = None  # no second write of it coming: free the bytes
                     self._cond.notify_all()
 
     def _next_job(self) -> Optional[Tuple[str, Job]]:
@@ -319,23 +276,19 @@ class DiskCheckpointer:
 
     def _write(self, kind: str, commit: Commit, score: Optional[float]) -> None:
         start, cpu_start = time.perf_counter(), time.thread_time()
-        data, meta = self._serialize(commit)
-        if kind == "best":
-            self.last_path = self.directory.write_best(data, meta, self.score.attr,
-                                                       self.score.mode, score)
-        else:
-            self.last_path = self.directory.write(data, meta)
-        self.write_seconds.append(time.perf_counter() - start)
-        self.write_cpu_seconds.append(time.thread_time() - cpu_start)
-
-    def _serialize(self, commit: Commit) -> Tuple[Any, Dict[str, Any]]:
-        if self._serialized is not None and self._serialized[0] is commit:
-            return self._serialized[1], self._serialized[2]  # latest and best of one commit
         meta = {"operator": self.operator, "world_size": commit.world_size,
                 "step": commit.step, "epoch": commit.epochs_done, "time": time.time()}
-        data = self.source.content(commit, meta)
-        self._serialized = (commit, data, meta)
-        return data, meta
+        data = self.source.content(commit, meta, self.directory.store.staging_dir())
+        try:
+            if kind == "best":
+                self.last_path = self.directory.write_best(data, meta, self.score.attr,
+                                                           self.score.mode, score)
+            else:
+                self.last_path = self.directory.write(data, meta)
+        finally:
+            self.source.release(data)
+        self.write_seconds.append(time.perf_counter() - start)
+        self.write_cpu_seconds.append(time.thread_time() - cpu_start)
 
 
 def check_compatible(meta: Dict[str, Any], operator: str, path: str) -> None:

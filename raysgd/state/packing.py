@@ -9,6 +9,7 @@ twin): the bytes are reinterpreted as uint8 and the dtype and shape ride along.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Tuple
 
@@ -47,6 +48,15 @@ def _unpack(packed: PackedTensor) -> torch.Tensor:
     return data.view(packed.dtype).reshape(packed.shape)
 
 
+def view_tensor(packed: PackedTensor) -> torch.Tensor:
+    """The tensor a :class:`PackedTensor` holds, viewed without copying: for reading only
+    (the bytes may be read-only shared memory)."""
+    with warnings.catch_warnings():  # torch warns about non-writable arrays; nobody writes
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.from_numpy(packed.data)
+    return flat.view(packed.dtype).reshape(packed.shape)
+
+
 def pack_tensors(obj: Any) -> Any:
     """Every CPU tensor inside nested dicts/lists/tuples as a :class:`PackedTensor` (no copy)."""
     return _map(obj, torch.Tensor, _pack)
@@ -55,3 +65,8 @@ def pack_tensors(obj: Any) -> Any:
 def unpack_tensors(obj: Any) -> Any:
     """The inverse of :func:`pack_tensors`, as fresh writable tensors."""
     return _map(obj, PackedTensor, _unpack)
+
+
+def view_tensors(obj: Any) -> Any:
+    """:func:`unpack_tensors` without the copies, for state that is only read (written out)."""
+    return _map(obj, PackedTensor, view_tensor)

@@ -27,14 +27,11 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 from urllib.parse import urlparse
 
 from raysgd.errors import ConfigError
+from raysgd.storage.files import (FileRef, inside, link_or_copy, place_atomic, replace_dir,
+                                  walk_files, write_atomic)
 
 # Schemes pyarrow opens (Ray Train's storage_path takes the same ones).
 SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file", "mock")
-
-
-class FileRef(str):
-    """A file on the reader's own node, named instead of sent: a staged checkpoint's part
-    that the driver links or uploads from where the rank wrote it (no copy through Ray)."""
 
 
 OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow's type_name of stores without directories
@@ -142,6 +139,10 @@ class Store:
         """Remove a file or a directory tree; a missing one is no error."""
         raise NotImplementedError
 
+    def staging_dir(self) -> str:
+        """A local directory for files to be handed to :meth:`write` as a :class:`FileRef`."""
+        return tempfile.gettempdir()
+
     def locked(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 
@@ -173,8 +174,11 @@ class LocalStore(Store):
     def child(self, rel: str) -> str:
         return self.path(rel)
 
-    def write(self, rel: str, data: bytes) -> None:
-        write_atomic(self.path(rel), data)
+    def write(self, rel: str, data: Data) -> None:
+        if isinstance(data, FileRef):
+            place_atomic(self.path(rel), data)
+        else:
+            write_atomic(self.path(rel), data)
 
     def read(self, rel: str) -> bytes:
         with open(self.path(rel), "rb") as handle:
@@ -193,9 +197,13 @@ class LocalStore(Store):
             return []
 
     def files(self, rel: str) -> List[str]:
-        top = self.path(rel)
-        return sorted(os.path.relpath(os.path.join(root, name), top).replace(os.sep, "/")
-                      for root, _dirs, names in os.walk(top) for name in names)
+        return sorted(relative.replace(os.sep, "/") for relative, _ in walk_files(self.path(rel)))
+
+    def staging_dir(self) -> str:
+        """The run directory itself: a file staged here is linked into place, not copied
+        (a stale one has a temporary name, which the checkpoint directory clears)."""
+        os.makedirs(self.root, exist_ok=True)
+        return self.root
 
     def remove(self, rel: str) -> None:
         path = self.path(rel)
@@ -227,7 +235,7 @@ class LocalStore(Store):
             full = inside(tmp, name)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             if isinstance(data, FileRef):
-                _link_or_copy(data, full)
+                link_or_copy(data, full)
                 return
             with open(full, "wb") as handle:
                 handle.write(data)
@@ -330,52 +338,6 @@ class ArrowStore(Store):
     def building_dir(self, rel: str) -> Iterator[PutFile]:
         self.remove(rel)  # a leftover of a write cut short (it had no marker)
         yield lambda name, data: self.write(f"{rel}/{name}", data)
-
-
-def inside(root: str, relative: str) -> str:
-    """``root/relative``, refusing a crafted name that points outside ``root``."""
-    full = os.path.realpath(os.path.join(root, relative))
-    if not full.startswith(os.path.realpath(root) + os.sep):
-        raise ValueError(f"checkpoint file {relative!r} points outside {root}")
-    return full
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    """A hard link (no copy) where both are on one filesystem, else a copy."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-
-
-def write_atomic(path: str, data: bytes) -> str:
-    """Write ``data`` to ``path`` so readers see the old file or the new, never half."""
-    path = os.path.abspath(os.path.expanduser(path))
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def replace_dir(new: str, path: str) -> None:
-    """Put directory ``new`` at ``path``; an old ``path`` is moved away first, then removed."""
-    old = None
-    if os.path.exists(path):
-        old = tempfile.mkdtemp(prefix=".tmp-", suffix=".raysgd", dir=os.path.dirname(path))
-        os.rename(path, os.path.join(old, "old"))
-    os.rename(new, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def local_path(store: Store) -> Optional[str]:
