@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 import uuid
 from typing import Dict
 
-ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from bench.disk.s3 import endpoint_env, free_port  # noqa: F401 - free_port: for the tests
 
 
 class S3Endpoint:
@@ -30,7 +22,7 @@ class S3Endpoint:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.env: Dict[str, str] = {**ENV, "AWS_ENDPOINT_URL": self.url}
+        self.env: Dict[str, str] = endpoint_env(self.url)
         self.running = False
 
     def start(self) -> None:

@@ -14,14 +14,28 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Optional
+from typing import Dict, Optional
+
+# What pyarrow (and boto) need to talk to a local endpoint: any keys, a region, and no
+# probing of EC2's metadata service for credentials.
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def endpoint_env(url: str) -> Dict[str, str]:
+    """The variables that point pyarrow at the endpoint ``url``, as a user would set them."""
+    return {**AWS_ENV, "AWS_ENDPOINT_URL": url}
 
 
 class LocalS3:
     def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = subprocess.Popen(
             ["nice", "-n", "19", sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
@@ -37,9 +51,7 @@ class LocalS3:
                     raise RuntimeError("moto's S3 server did not start")
                 time.sleep(0.1)
         # pyarrow reads these as it does for any user (checkpoint_dir="s3://...").
-        os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                          AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-                          AWS_ENDPOINT_URL=self.url)
+        os.environ.update(endpoint_env(self.url))
 
     def new_run(self, name: Optional[str] = None) -> str:
         import pyarrow.fs

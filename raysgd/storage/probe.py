@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from typing import List, Optional
+from typing import List
 
 from raysgd.errors import ConfigError, first_line
 from raysgd.storage.store import LocalStore, Store
@@ -70,7 +70,7 @@ def hint_for(exc: BaseException) -> str:
     return "check the URI, the credentials and the endpoint"
 
 
-def _check_local(path: str) -> Optional[str]:
+def _check_local(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -79,4 +79,3 @@ def _check_local(path: str) -> Optional[str]:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"checkpoint_dir {path} is not writable; pass a directory you can "
                           "write to.")
-    return path
