@@ -97,7 +97,7 @@ def test_the_commit_file_views_the_snapshots_and_is_linked_into_place(tmp_path):
     assert viewed.data_ptr() == snaps[0]["state"]["models"][0]["w"].data.ctypes.data  # no copy
     assert isinstance(snaps[0]["state"]["models"][0]["w"].data, np.ndarray)
     source, store = CommitFiles(lambda refs: refs), LocalStore(str(tmp_path / "run"))
-    staged = source.content(Commit(1, 0, 2, snaps), {"step": 1}, store.staging_dir())
+    staged = source.content(Commit(1, 0, 2, snaps), {"step": 1}, store)
     assert os.path.dirname(staged) == store.root and os.path.basename(staged).startswith(".tmp-")
     store.write("checkpoint-000001.pt", staged)
     placed = os.path.join(store.root, "checkpoint-000001.pt")

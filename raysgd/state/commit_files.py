@@ -23,6 +23,7 @@ from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY
 from raysgd.state.commit import Commit
 from raysgd.state.packing import pack_tensors, view_tensors
 from raysgd.storage.files import FileRef
+from raysgd.storage.store import Store
 
 
 def to_checkpoint(snapshots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -52,18 +53,19 @@ class CommitFiles:
         self.fetch = fetch
         self._verified = False
 
-    def content(self, commit: Commit, meta: Dict[str, Any], staging: str) -> FileRef:
-        """The commit's file, staged in the local directory ``staging`` under a temporary
-        name; :meth:`release` removes it once the store has its copy."""
+    def content(self, commit: Commit, meta: Dict[str, Any], store: Store) -> FileRef:
+        """The commit's file, staged in ``store``'s local staging directory under a
+        temporary name; :meth:`release` removes it once the store has its copy."""
         try:
             snapshots = self.fetch(commit.snapshots)
         except Exception as exc:  # Ray's errors (a lost object, a timeout) are not storage's
             raise CheckpointError(f"the commit of step {commit.step} could not be fetched "
                                   f"({type(exc).__name__}: {first_line(exc)})") from exc
-        fd, path = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=staging)
+        fd, path = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=store.staging_dir())
         os.close(fd)
         try:
-            checkpoint_io.save_file(path, to_checkpoint(snapshots, meta))
+            checkpoint_io.save_file(path, to_checkpoint(snapshots, meta),
+                                    sync=store.keeps_staged_files)
             if not self._verified:
                 # What load() would refuse (say numpy arrays in an operator's state_dict)
                 # is refused once here, loudly, rather than at resume time.

@@ -88,7 +88,7 @@ class StagedShards:
         self.stage_now = stage_now  # every rank stages the current step, off schedule
 
     def content(self, commit: Commit, meta: Dict[str, Any],
-                staging: str) -> Callable[[Any, str], str]:
+                store: Any) -> Callable[[Any, str], str]:
         return lambda store, rel: write_dir(self.fetch_staged(commit.step), meta, store, rel)
 
     def release(self, content: Any) -> None:
@@ -278,7 +278,7 @@ class DiskCheckpointer:
         start, cpu_start = time.perf_counter(), time.thread_time()
         meta = {"operator": self.operator, "world_size": commit.world_size,
                 "step": commit.step, "epoch": commit.epochs_done, "time": time.time()}
-        data = self.source.content(commit, meta, self.directory.store.staging_dir())
+        data = self.source.content(commit, meta, self.directory.store)
         try:
             if kind == "best":
                 self.last_path = self.directory.write_best(data, meta, self.score.attr,

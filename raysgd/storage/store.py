@@ -143,6 +143,10 @@ class Store:
         """A local directory for files to be handed to :meth:`write` as a :class:`FileRef`."""
         return tempfile.gettempdir()
 
+    # Whether a file staged there becomes the stored file itself (linked into place), so it
+    # must reach the disk; else it is a copy's source, deleted soon after.
+    keeps_staged_files = False
+
     def locked(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 
@@ -204,6 +208,8 @@ class LocalStore(Store):
         (a stale one has a temporary name, which the checkpoint directory clears)."""
         os.makedirs(self.root, exist_ok=True)
         return self.root
+
+    keeps_staged_files = True
 
     def remove(self, rel: str) -> None:
         path = self.path(rel)

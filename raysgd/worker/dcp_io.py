@@ -31,6 +31,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.dirblob import DirBlob, unpack_dir
 
 def writes_async(choice: Optional[bool], device_type: str) -> bool:
@@ -76,7 +77,8 @@ def save(models: List[nn.Module], optimizers: List[Any], path: str,
     fresh = [index for index, optimizer in enumerate(optimizers) if not optimizer.state]
     _, state = _state(models, optimizers)
     if group is None:  # no process group, or writes in place (writes_async): here and now
-        dcp.save(state, checkpoint_id=path)
+        with checkpoint_io.without_crc():
+            dcp.save(state, checkpoint_id=path)
         future = None
     else:
         future = dcp.async_save(state, checkpoint_id=path, process_group=group)
