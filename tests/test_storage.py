@@ -234,6 +234,25 @@ def test_local_stores_keep_rename_semantics(tmp_path):
     assert store.files("a") == ["b.bin"]
 
 
+def test_files_placed_in_a_local_store_are_synced_there(tmp_path, monkeypatch):
+    """The ranks and the DDP writer stage files unsynced (off the training path); the store
+    syncs each one where it becomes part of a checkpoint, linked or written."""
+    synced = set()
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.add(os.fstat(fd).st_ino) or real_fsync(fd))
+    staged = tmp_path / "staged.bin"
+    staged.write_bytes(b"shard")
+    store = LocalStore(str(tmp_path / "run"))
+    with store.building_dir("checkpoint-000001") as put:
+        put("__0_0.distcp", FileRef(str(staged)))
+        put("raysgd-rank1.pt", b"part")
+    store.write("checkpoint-000002.pt", FileRef(str(staged)))
+    placed = [tmp_path / "run" / "checkpoint-000001" / "__0_0.distcp",
+              tmp_path / "run" / "checkpoint-000001" / "raysgd-rank1.pt",
+              tmp_path / "run" / "checkpoint-000002.pt"]
+    assert {os.stat(path).st_ino for path in placed} <= synced
+
+
 def test_save_now_writes_an_off_schedule_commit_and_waits_for_it(s3_run):
     """The driver's node drains: the commit of the stop goes to storage whatever the disk
     schedule (in-epoch commits are not on it here), staged first under a sharding strategy."""

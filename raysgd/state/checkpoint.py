@@ -51,19 +51,13 @@ def without_crc() -> Iterator[None]:
             torch.serialization.set_crc32_options(before)
 
 
-def save_file(path: str, state: Dict[str, Any], sync: bool = True) -> str:
+def save_file(path: str, state: Dict[str, Any]) -> str:
     """``state`` to the new file ``path`` by torch's own file writer (no Python bytes),
-    without CRC32, synced to the disk unless ``sync`` is False (a file that is uploaded and
-    deleted: never syncing it spares the disk the write altogether)."""
+    without CRC32, not synced: a staged file, synced where a local store places it
+    (``storage.files.place_atomic``); one that is uploaded and deleted never costs the disk
+    a write."""
     with without_crc():
         torch.save({FORMAT_KEY: FORMAT_VERSION, **state}, path)
-    if not sync:
-        return path
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     return path
 
 

@@ -64,8 +64,7 @@ class CommitFiles:
         fd, path = tempfile.mkstemp(prefix=".tmp-", suffix=".raysgd", dir=store.staging_dir())
         os.close(fd)
         try:
-            checkpoint_io.save_file(path, to_checkpoint(snapshots, meta),
-                                    sync=store.keeps_staged_files)
+            checkpoint_io.save_file(path, to_checkpoint(snapshots, meta))
             if not self._verified:
                 # What load() would refuse (say numpy arrays in an operator's state_dict)
                 # is refused once here, loudly, rather than at resume time.

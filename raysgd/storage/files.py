@@ -31,8 +31,18 @@ def link_or_copy(source: str, target: str) -> None:
         shutil.copyfile(source, target)
 
 
-def write_atomic(path: str, data: bytes) -> str:
-    """Write ``data`` to ``path`` so readers see the old file or the new, never half."""
+def sync_file(path: str) -> None:
+    """Wait until ``path``'s contents are on the disk (its data, whichever name wrote it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, sync: bool = True) -> str:
+    """Write ``data`` to ``path`` so readers see the old file or the new, never half; synced
+    to the disk unless ``sync`` is False (a staged file that is synced where it is placed)."""
     path = os.path.abspath(os.path.expanduser(path))
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
@@ -41,7 +51,8 @@ def write_atomic(path: str, data: bytes) -> str:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -53,12 +64,13 @@ def write_atomic(path: str, data: bytes) -> str:
 def place_atomic(path: str, source: str) -> str:
     """The file ``source`` (on this node) at ``path`` as :func:`write_atomic` puts bytes
     there: a hard link where both are on one filesystem (no copy), else a copy, made under
-    a temporary name and renamed. ``source`` stays where it is."""
+    a temporary name, synced and renamed. ``source`` stays where it is."""
     path = os.path.abspath(os.path.expanduser(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}.raysgd")
     try:
         link_or_copy(source, tmp)
+        sync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from raysgd.errors import ConfigError
 from raysgd.storage.files import (FileRef, inside, link_or_copy, place_atomic, replace_dir,
-                                  walk_files, write_atomic)
+                                  sync_file, walk_files, write_atomic)
 
 # Schemes pyarrow opens (Ray Train's storage_path takes the same ones).
 SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file", "mock")
@@ -143,10 +143,6 @@ class Store:
         """A local directory for files to be handed to :meth:`write` as a :class:`FileRef`."""
         return tempfile.gettempdir()
 
-    # Whether a file staged there becomes the stored file itself (linked into place), so it
-    # must reach the disk; else it is a copy's source, deleted soon after.
-    keeps_staged_files = False
-
     def locked(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 
@@ -209,8 +205,6 @@ class LocalStore(Store):
         os.makedirs(self.root, exist_ok=True)
         return self.root
 
-    keeps_staged_files = True
-
     def remove(self, rel: str) -> None:
         path = self.path(rel)
         if os.path.isdir(path):
@@ -232,7 +226,8 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def building_dir(self, rel: str) -> Iterator[PutFile]:
         """Built in a temporary directory beside its place and renamed into it, so a local
-        directory is also never seen half-written."""
+        directory is also never seen half-written. Every file is synced here, on the
+        writer's thread: the ranks stage theirs unsynced, off the training path."""
         target = self.path(rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".tmp-", suffix=".raysgd", dir=os.path.dirname(target))
@@ -242,9 +237,12 @@ class LocalStore(Store):
             os.makedirs(os.path.dirname(full), exist_ok=True)
             if isinstance(data, FileRef):
                 link_or_copy(data, full)
+                sync_file(full)
                 return
             with open(full, "wb") as handle:
                 handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
 
         try:
             yield put

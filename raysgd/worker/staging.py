@@ -85,7 +85,7 @@ class DiskStaging:
                                  "optimizers": len(shards.get("optimizers", [])),
                                  **(getattr(write, "extra", write) or {})}
         checkpoint_io.write_atomic(os.path.join(path, RANK_FILE.format(rank=self.rank)),
-                                   checkpoint_io.to_bytes(part))
+                                   checkpoint_io.to_bytes(part), sync=False)  # see dcp_io
         with self._lock:
             self._writes[step] = write
             for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
