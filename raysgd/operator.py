@@ -146,10 +146,12 @@ class TrainingOperator:
             if self._context.settings.clip_grad_norm is not None:
                 self.clip_grad_norm_(model, self._context.settings.clip_grad_norm)
             stepped = self.step(optimizer)
-        if stepped and self.scheduler_step_freq == "batch":  # a skipped fp16 step is no step
+        # A skipped fp16 step is no step; asked last, as reading it waits for the GPU.
+        if self.scheduler_step_freq == "batch" and self._schedulers and stepped:
             for scheduler in self._schedulers:
                 scheduler.step()
-        return {"train_loss": float(total_loss), NUM_SAMPLES: num_samples}
+        # A 0-d tensor, not float(): that would wait for the GPU every step (worker/metrics.py).
+        return {"train_loss": total_loss, NUM_SAMPLES: num_samples}
 
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
         """Evaluate over ``val_iterator``; returns a dict of metrics or None (``validate_batch``'s)."""
@@ -277,8 +279,8 @@ class TrainingOperator:
         """``loss.backward()`` with loss scaling when the precision needs it."""
         self._context.precision.backward(*losses)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """``optimizer.step()``, scaler-aware; False when an fp16 overflow skipped it."""
+    def step(self, optimizer: torch.optim.Optimizer) -> Any:
+        """``optimizer.step()``, scaler-aware; falsy when an fp16 overflow skipped it."""
         return self._context.precision.step(optimizer)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:

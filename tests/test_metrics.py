@@ -15,6 +15,24 @@ def test_average_meter_weights_by_n():
     assert meter.val == 4.0
 
 
+def test_tensor_losses_are_summed_where_they_live_and_read_only_by_the_summary():
+    # A meta tensor cannot be read at all: updating with one proves no step reads its loss
+    # (on a GPU each read waits for the device).
+    meters = AverageMeterCollection()
+    for _ in range(3):
+        meters.update({"loss": torch.tensor(1.0, device="meta")}, n=4)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        meters.summary()
+    # bf16 losses are summed in double precision and read as Python floats.
+    meters = AverageMeterCollection()
+    for value in (1.001, 2.002, 3.003):
+        meters.update({"loss": torch.tensor(value, dtype=torch.bfloat16)}, n=1)
+    summary = meters.summary()
+    expected = sum(float(torch.tensor(v, dtype=torch.bfloat16)) for v in (1.001, 2.002, 3.003))
+    assert type(summary["loss"]) is float and summary["loss"] == pytest.approx(expected / 3)
+    assert type(summary["last_loss"]) is float
+
+
 def test_collection_summary_has_counts_and_last_values():
     meters = AverageMeterCollection()
     meters.update({"loss": torch.tensor(2.0), "name": "x"}, n=2)

@@ -125,14 +125,25 @@ def test_overflow_skips_the_step_and_lowers_the_scale():
     with op.autocast():
         loss = op.criterion(op.model(x), y) * float("inf")
     op.backward(loss)
-    assert op.step(op.optimizer) is False
+    skipped = op.step(op.optimizer)  # its overflow flags are read when it is tested
+    assert bool(skipped) is False and not skipped
     assert all(torch.equal(p, q) for p, q in zip(op.model.parameters(), weights))
     op.optimizer.zero_grad()
     with op.autocast():
         loss = op.criterion(op.model(x), y)
     op.backward(loss)  # the deferred update lands before this backward
     assert scaler_precision.scale == scale * 0.5
-    assert op.step(op.optimizer) is True
+    assert bool(skipped) is False  # its record outlives the scaler's update
+    assert bool(op.step(op.optimizer)) is True
+
+
+def test_the_default_step_leaves_its_loss_a_tensor_for_the_meters():
+    runner = make_runner(LinearOperator, {BATCH_SIZE: 100}, use_fp16="fp16")
+    op = runner.operator
+    metrics = op.train_batch((torch.ones(4, 1), torch.ones(4, 1)), {"batch_idx": 0})
+    loss = metrics["train_loss"]
+    assert isinstance(loss, torch.Tensor) and loss.ndim == 0 and not loss.requires_grad
+    assert metrics["num_samples"] == 4 and float(loss) >= 0
 
 
 def test_scaler_state_round_trips_through_save_and_load(tmp_path):

@@ -41,6 +41,29 @@ def test_events_count_batches_samples_and_keep_the_last_metrics():
                                "metrics": {"train_loss": 0.25}}
 
 
+def test_a_device_loss_is_read_at_most_once_a_second(monkeypatch):
+    import torch
+
+    from raysgd.worker import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    events = BatchEvents()
+    events.begin("train", 10)
+    # A meta tensor stands for a GPU loss: reading it raises, so no read happened.
+    for _ in range(3):
+        events.finished_batch({"train_loss": torch.tensor(1.0, device="meta"), "lr": 0.1}, 8)
+        clock[0] += 0.2
+    assert events.report()["metrics"] == {"lr": 0.1}
+    assert events.report()["samples"] == 24
+    clock[0] += 1.0  # a second after the last read: this batch's loss is read
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        events.finished_batch({"train_loss": torch.tensor(1.0, device="meta")}, 8)
+    events.begin("train", 10)
+    events.finished_batch({"train_loss": torch.tensor(0.5)}, 8)  # on the CPU: read at once
+    assert events.report()["metrics"] == {"train_loss": 0.5}
+
+
 def test_events_fall_back_to_fetched_batches_for_loops_that_report_none():
     events = BatchEvents()
     events.begin("train", 10, done=4)  # a call resumed after 4 batches

@@ -329,3 +329,17 @@ def test_a_mid_pass_state_moves_to_a_shorter_loader():
         short.load_state_dict(state)
     result = short.train_epoch()
     assert result["epoch"] == 2 and result["batch_count"] == 5
+
+
+def test_host_copies_never_alias_the_live_tensors():
+    from raysgd.worker.host_copy import host_copies
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    state = {"models": [{"w": weight}], "step": 4, "pair": (torch.zeros(2), "x")}
+    copies = host_copies(state)
+    assert copies["step"] == 4 and copies["pair"][1] == "x"
+    copied = copies["models"][0]["w"]
+    assert not copied.requires_grad and torch.equal(copied, weight.detach())
+    with torch.no_grad():
+        weight.add_(1)
+    assert torch.equal(copied, torch.ones(3))  # a copy, not a view of the parameter

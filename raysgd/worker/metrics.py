@@ -10,6 +10,8 @@ from __future__ import annotations
 import numbers
 from typing import Any, Dict, List, Mapping, Sequence
 
+import torch
+
 NUM_SAMPLES = "num_samples"
 BATCH_COUNT = "batch_count"
 
@@ -25,23 +27,46 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Number) and not isinstance(value, bool)
 
 
+def is_scalar_tensor(value: Any) -> bool:
+    """A 0-d real tensor (a loss), which a meter can sum where it lives."""
+    return (isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool
+            and not value.is_complex())
+
+
 class AverageMeter:
-    """Running sample-weighted average of one value, plus the last value seen."""
+    """Running sample-weighted average of one value, plus the last value seen.
+
+    0-d tensors are summed as tensors, on their device, and read as Python numbers only
+    when ``val``, ``sum`` or ``avg`` is read: reading a CUDA tensor waits for the GPU, and
+    doing it every step would stop the CPU from queueing the next step's kernels.
+    """
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.val = 0.0
-        self.avg = 0.0
-        self.sum = 0.0
+        self._val: Any = 0.0
+        self._sum: Any = 0.0
         self.count = 0
 
-    def update(self, val: float, n: int = 1) -> None:
-        self.val = val
-        self.sum += val * n
+    def update(self, val: Any, n: int = 1) -> None:
+        if is_scalar_tensor(val):
+            val = val.detach().double()  # a bf16 loss summed in bf16 would lose digits
+        self._val = val
+        self._sum = val * n + self._sum
         self.count += n
-        self.avg = self.sum / self.count if self.count else float("nan")
+
+    @property
+    def val(self) -> float:
+        return to_number(self._val)
+
+    @property
+    def sum(self) -> float:
+        return to_number(self._sum)
+
+    @property
+    def avg(self) -> float:
+        return self.sum / self.count if self.count else float("nan")
 
 
 class AverageMeterCollection:
@@ -61,8 +86,9 @@ class AverageMeterCollection:
         self._batch_count += 1
         self.n += n
         for key, value in metrics.items():
-            value = to_number(value)
-            if is_number(value):
+            if not is_scalar_tensor(value):
+                value = to_number(value)
+            if is_scalar_tensor(value) or is_number(value):
                 self._meters.setdefault(key, AverageMeter()).update(value, n=n)
             else:
                 self._last_other[key] = value

@@ -79,6 +79,23 @@ class AutocastPrecision(Precision):
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
 
+class Applied:
+    """Whether a scaled step was applied (truthy) or skipped for an overflow (falsy).
+
+    Read only when asked: the flags live on the GPU, and reading them waits for it."""
+
+    __slots__ = ("_flags",)
+
+    def __init__(self, flags: list):
+        self._flags = flags
+
+    def __bool__(self) -> bool:
+        return not any(bool(flag) for flag in self._flags)
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+
 class ScaledFp16Precision(AutocastPrecision):
     """fp16 autocast with dynamic loss scaling (``torch.amp.GradScaler``)."""
 
@@ -97,18 +114,14 @@ class ScaledFp16Precision(AutocastPrecision):
             self._unscaled.add(id(optimizer))
             self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+    def step(self, optimizer: torch.optim.Optimizer) -> "Applied":
         self.scaler.step(optimizer)
         self._stepped = True
         self._unscaled.discard(id(optimizer))
-        return not self._found_inf(optimizer)
-
-    def _found_inf(self, optimizer: torch.optim.Optimizer) -> bool:
-        # GradScaler keeps per-optimizer overflow flags until update(); reading
-        # them is the only way to know whether this step was skipped.
+        # GradScaler keeps per-optimizer overflow flags until update() (which adds other
+        # optimizers' into them): copies, on the GPU, are this step's record.
         state = self.scaler._per_optimizer_states.get(id(optimizer), {})
-        flags = state.get("found_inf_per_device", {})
-        return bool(sum(float(flag) for flag in flags.values()))
+        return Applied([flag.clone() for flag in state.get("found_inf_per_device", {}).values()])
 
     def _update(self) -> None:
         if self._stepped:

@@ -10,7 +10,13 @@ printed by a worker, so Ray's log forwarding cannot garble a bar.
 from __future__ import annotations
 
 import numbers
+import time
 from typing import Any, Dict, Mapping, Optional
+
+from raysgd.worker.metrics import is_scalar_tensor
+
+# How often the progress report reads a loss that lives on the GPU (each read waits for it).
+DEVICE_READ_INTERVAL_S = 1.0
 
 
 class BatchEvents:
@@ -26,13 +32,23 @@ class BatchEvents:
         self.fetched = self.finished = self._base = done
         self.samples = 0
         self.metrics: Dict[str, float] = {}
+        self._device_read = time.monotonic()  # a GPU loss shows from the call's 2nd second
 
     def fetched_batch(self) -> None:
         self.fetched += 1
 
     def finished_batch(self, metrics: Mapping[str, Any], num_samples: int) -> None:
+        shown = {k: float(v) for k, v in metrics.items() if is_number(v) or on_cpu(v)}
+        pending = {k: v for k, v in metrics.items() if k not in shown and is_scalar_tensor(v)}
+        if pending:  # a GPU loss: read it (which waits for the GPU) at most once a second
+            now = time.monotonic()
+            if now - self._device_read >= DEVICE_READ_INTERVAL_S:
+                self._device_read = now
+                shown.update((k, float(v)) for k, v in pending.items())
+            else:
+                shown.update((k, self.metrics[k]) for k in pending if k in self.metrics)
         # One assignment, so a report taken meanwhile sees old or new, never half.
-        self.metrics = {k: float(v) for k, v in metrics.items() if is_number(v)}
+        self.metrics = shown
         self.samples += int(num_samples)
         self.finished += 1
 
@@ -46,3 +62,8 @@ class BatchEvents:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def on_cpu(value: Any) -> bool:
+    """A 0-d tensor in host memory: reading it costs nothing."""
+    return is_scalar_tensor(value) and value.device.type == "cpu"

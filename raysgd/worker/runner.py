@@ -24,8 +24,9 @@ from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import distributed, rng
-from raysgd.worker.batches import batch_count, map_tensors
+from raysgd.worker.batches import batch_count
 from raysgd.worker.handoff import CommitHandoff
+from raysgd.worker.host_copy import host_copies
 from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
@@ -248,8 +249,7 @@ class WorkerRunner:
     def _with_own_part(self, state: Dict[str, Any]) -> Dict[str, Any]:
         state = {"global_step": self.operator.global_step, **self._passes.state_dict(),
                  "rng": rng.get_state(), **state}
-        # copy=True: a CPU tensor would otherwise alias the live parameters.
-        return map_tensors(state, lambda t: t.detach().to("cpu", copy=True))
+        return host_copies(state)
 
     def load_state_dict(self, state: Dict[str, Any], sources: Optional[list] = None) -> None:
         """Load a full state (``save()``'s format) or a commit's (``sources``: the parts of
