@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
+# Extra package index for torch (`make install-gpu` sets PyTorch's CUDA index).
+TORCH_INDEX ?=
+# The CUDA build `make install-gpu` asks PyTorch's index for (cu126, cu128, cu130, ...).
+CUDA_TAG ?= cu128
 STAMP := $(VENV)/.installed
 # Lightning 1.x beside the venv's 2.x, for tests/test_lightning_v1.py only (1.8.6: the last
 # release with 1.x's pytorch_lightning.core.lightning module path).
@@ -19,14 +23,15 @@ COMPILE := $(PY) -m compileall -qq -j 0
 # compile them again (0.1 s each). A stale .pyc is never used: Python checks the source.
 OWN_CODE := raysgd tests bench examples operators
 
-.PHONY: install demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos clean
+.PHONY: install install-gpu demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos clean
 
 install: $(STAMP) $(PTL1_STAMP)
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile "$(TORCH_SPEC)" -e ".[test]"
+	$(PY) -m pip install -q --no-compile $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		"$(TORCH_SPEC)" -e ".[test]"
 	$(COMPILE) $(VENV)/lib || true
 	touch $(STAMP)
 
@@ -36,6 +41,14 @@ $(PTL1_STAMP): | $(STAMP)
 	rm -rf $(PTL1)
 	$(PY) -m pip install -q --target $(PTL1) --no-deps "$(PTL1_SPEC)" "setuptools<81"
 	touch $(PTL1_STAMP)
+
+# On a GPU machine of your own: the same venv with torch's CUDA build (a reinstall), so
+# `make test` runs tests/test_gpu.py too. The lent GPU machine reaches no package index:
+# tools/gpu_check.sh uses the torch of its image instead.
+install-gpu:
+	rm -f $(STAMP)
+	$(MAKE) install TORCH_SPEC="torch==2.13.0+$(CUDA_TAG)" \
+		TORCH_INDEX=https://download.pytorch.org/whl/$(CUDA_TAG)
 
 demo: install
 	$(PY) examples/digits_demo.py

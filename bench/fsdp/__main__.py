@@ -38,10 +38,34 @@ def _run(command: List[str], timeout_s: float) -> Dict[str, Any]:
 
 def _short(result: Dict[str, Any]) -> str:
     if "steady_samples_per_s" in result:
-        return f"{result['steady_samples_per_s']:.0f} samples/s"
+        gpu = [p for p in result.get("gpu_peak_mib") or [] if p is not None]
+        return f"{result['steady_samples_per_s']:.0f} samples/s" + (
+            f", peak GPU memory {max(gpu):.0f} MiB" if gpu else "")
     if "recovery_s" in result:
         return f"kill→next step {result['recovery_s']:.2f} s{unwarmed_note(result)}"
     return str(result.get("error", "?"))[:120]
+
+
+def gpu_commands() -> Dict[str, List[str]]:
+    """``--gpu``: one rank on the machine's GPU (NCCL, bf16), raysgd against torchrun."""
+    py = sys.executable
+    return {"raysgd_fsdp_gpu": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "fsdp",
+                                "--workers", "1", "--mode", "gpu", "--gpu"],
+            "torchrun_fsdp_gpu": [py, "-m", "torch.distributed.run", "--standalone",
+                                  "--nproc_per_node=1", "-m", "bench.fsdp.torchrun_fsdp",
+                                  "--mode", "gpu", "--gpu"]}
+
+
+def gpu_once() -> Dict[str, List[str]]:
+    """``--gpu``: the rank SIGKILLed, with a warm spare (which holds no GPU until it takes the
+    rank's) and without one."""
+    py = sys.executable
+    kill = [py, "-m", "bench.recovery.raysgd_kill", "--gpu", "--num-workers", "1",
+            "--victim-rank", "0"]
+    return {"kill_fsdp_gpu_spare1_warm": kill + ["--strategy", "fsdp", "--spare-workers", "1",
+                                                 "--warm-spare"],
+            "kill_ddp_gpu_spare1_warm": kill + ["--spare-workers", "1", "--warm-spare"],
+            "kill_ddp_gpu_spare0": kill + ["--spare-workers", "0"]}
 
 
 def commands(mode: str) -> Dict[str, List[str]]:
@@ -90,6 +114,8 @@ def ratios(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
         return a / b if a is not None and b else None
 
     out = {"fsdp/torchrun": div(speed("raysgd_fsdp_2w"), speed("torchrun_fsdp_2w")),
+           "fsdp/torchrun (GPU, NCCL, bf16, 1 rank)":
+               div(speed("raysgd_fsdp_gpu"), speed("torchrun_fsdp_gpu")),
            "fsdp/ddp (raysgd)": div(speed("raysgd_fsdp_2w"), speed("raysgd_ddp_2w")),
            "peak FSDP/DDP at 2 workers": div(peak("raysgd_fsdp_mem_2w"), peak("raysgd_ddp_mem_2w")),
            "peak FSDP/DDP at 4 workers": div(peak("raysgd_fsdp_mem_4w"), peak("raysgd_ddp_mem_4w")),
@@ -116,17 +142,21 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--only", nargs="*", default=None,
                         help="run only these variants (names as printed)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="on a GPU machine: one rank on the GPU (NCCL, bf16) against "
+                             "torchrun, and a GPU rank killed with and without a warm spare")
     args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "full"
+    mode = "gpu" if args.gpu else "quick" if args.quick else "full"
     repeats = args.repeats or (1 if args.quick else 3)
     results: Dict[str, List[Dict[str, Any]]] = {}
     keep = (lambda name: name in args.only) if args.only else (lambda name: True)
-    rotating = [(n, c) for n, c in commands(mode).items() if keep(n)]
+    rotating = [(n, c) for n, c in (gpu_commands() if args.gpu else commands(mode)).items()
+                if keep(n)]
     for rep in range(repeats):  # the order rotates, so drift hits every variant alike
         shift = rep % max(1, len(rotating))
         for name, command in rotating[shift:] + rotating[:shift]:
             results.setdefault(name, []).append(_run(command, args.timeout))
-    for name, command in once(mode, args.quick).items():
+    for name, command in (gpu_once() if args.gpu else once(mode, args.quick)).items():
         if not keep(name):
             continue
         results.setdefault(name, []).append(_run(command, args.timeout))
@@ -138,7 +168,8 @@ def main(argv=None) -> int:
               + (f"; peak growth {', '.join(f'{p:.0f}' for p in peaks)} MiB" if peaks else ""))
     print("\nratios (targets: " + ", ".join(f"{k} {v}" for k, v in TARGETS.items()) + ")")
     for key, value in table.items():
-        print(f"  {key:58s} {'n/a' if value is None else f'{value:.3f}'}")
+        if value is not None or not args.gpu:
+            print(f"  {key:58s} {'n/a' if value is None else f'{value:.3f}'}")
     raytrain = results.get("raytrain_fsdp_2w", [{}])[0]
     if "error" in raytrain:
         print(f"\nRay Train FSDP on CPU: does not run ({raytrain['error'][:160]})")

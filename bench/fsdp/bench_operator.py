@@ -25,3 +25,7 @@ class FSDPBenchOperator(TrainingOperator):
 
     def peak_growth(self) -> int:
         return status_bytes("VmHWM") - self.baseline
+
+    def gpu_peak_mib(self):
+        """The most GPU memory torch allocated in this process (None without CUDA)."""
+        return torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else None

@@ -44,8 +44,9 @@ class Size:
 
 # "memory": a model whose state dwarfs a process's own overhead (~200 MB of libraries,
 # buffers and caches that appear with the first steps), trained for a few steps only.
+# "gpu": one rank on a GPU, large enough that a step is more than kernel launches.
 SIZES = {"quick": Size(128, 4, 512, 64, 2), "full": Size(768, 6, 2048, 64, 4),
-         "memory": Size(2048, 24, 256, 64, 2)}
+         "memory": Size(2048, 24, 256, 64, 2), "gpu": Size(4096, 8, 32768, 1024, 4)}
 
 
 def status_bytes(field: str) -> int:

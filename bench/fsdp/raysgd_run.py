@@ -46,11 +46,15 @@ def main() -> None:
     parser.add_argument("--strategy", choices=("ddp", "fsdp"), required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--mode", choices=tuple(SIZES), default="full")
+    parser.add_argument("--gpu", action="store_true",
+                        help="train on the GPU: NCCL, bf16 (one rank per GPU)")
     args = parser.parse_args()
     size = SIZES[args.mode]
     strategy = raysgd.FSDP(units=Block) if args.strategy == "fsdp" else "ddp"
+    device = ({"use_gpu": True, "backend": "nccl", "use_fp16": "bf16"} if args.gpu
+              else {"use_gpu": False})
     ray.init(address="local", num_cpus=max(4, args.workers), include_dashboard=False)
-    trainer = TorchTrainer(FSDPBenchOperator, num_workers=args.workers, use_gpu=False,
+    trainer = TorchTrainer(FSDPBenchOperator, num_workers=args.workers, **device,
                            strategy=strategy, spare_workers=0,
                            config={BATCH_SIZE: size.batch, "mode": args.mode})
     trainer.train()  # warm-up epoch
@@ -67,7 +71,8 @@ def main() -> None:
           "steady_samples_per_s": steady, "peak_growth_mib": [p / 2**20 for p in peaks],
           "state_bytes": tensor_bytes([state["models"], state["optimizers"]]),
           "commit_bytes_per_rank": [packed_bytes(p) for p in parts],
-          "param_bytes": size.param_bytes})
+          "param_bytes": size.param_bytes,
+          "gpu_peak_mib": trainer.apply_all_operators(lambda op: op.gpu_peak_mib())})
     trainer.shutdown()
     ray.shutdown()
 

@@ -29,7 +29,11 @@ def _pair(precision: str) -> Tuple[Variant, Variant]:
 # Each raysgd variant sits next to the loop it is compared with, so the pair
 # runs back to back and shares whatever drift (clocks, heat) there is.
 VARIANTS: Tuple[Variant, ...] = tuple(v for p in PRECISIONS for v in _pair(p))
-BY_NAME = {variant.name: variant for variant in VARIANTS}
+# Run only when named: raysgd without in-epoch commits, to tell a commit's cost from a step's.
+DIAGNOSES: Tuple[Variant, ...] = tuple(
+    Variant(f"raysgd_{p}_no_commits", f"raysgd as raysgd_{p}, no in-epoch commits (diagnosis)",
+            "bench.gpu.raysgd_amp", ("--precision", p, "--no-commits")) for p in PRECISIONS)
+BY_NAME = {variant.name: variant for variant in VARIANTS + DIAGNOSES}
 
 # (label, numerator, denominator, figure, target); see bench.report.compute_ratios.
 # Targets are reported, never enforced.
@@ -37,9 +41,11 @@ RATIOS = tuple(
     [(f"raysgd/loop {p}", f"raysgd_{p}", f"loop_{p}", "images_per_s", (">=", 0.98))
      for p in PRECISIONS]
     + [(f"loop {p}/fp32", f"loop_{p}", "loop_fp32", "images_per_s", None)
-       for p in PRECISIONS if p != "fp32"])
+       for p in PRECISIONS if p != "fp32"]
+    + [(f"raysgd no in-epoch commits/loop {p}", f"raysgd_{p}_no_commits", f"loop_{p}",
+        "images_per_s", None) for p in PRECISIONS])
 
 
 def select(names: List[str] = None) -> List[Variant]:
-    """The variants called ``names`` (all when empty), in catalogue order."""
-    return pick(VARIANTS, names)
+    """The variants called ``names`` (all but the diagnoses when empty), in catalogue order."""
+    return pick(VARIANTS + DIAGNOSES if names else VARIANTS, names)

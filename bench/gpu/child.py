@@ -23,6 +23,9 @@ def parse_args(description: str) -> argparse.Namespace:
                         help="default: cuda when available")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     parser.add_argument("--steps", type=int, default=None, help="timed steps")
+    parser.add_argument("--no-commits", action="store_true",
+                        help="raysgd variants: checkpoint_every_n_steps=None (a diagnosis: "
+                             "what in-epoch commits cost)")
     return parser.parse_args()
 
 

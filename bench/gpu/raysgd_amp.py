@@ -24,7 +24,8 @@ def main() -> None:
     use_fp16 = RAYSGD_USE_FP16[args.precision]
     trainer = TorchTrainer(training_operator_cls=PoolOperator, num_workers=1,
                            use_gpu=device.type == "cuda", use_local=True, use_fp16=use_fp16,
-                           num_cpus_per_worker=args.threads, config={"mode": args.mode})
+                           num_cpus_per_worker=args.threads, config={"mode": args.mode},
+                           **({"checkpoint_every_n_steps": None} if args.no_commits else {}))
     # Warm-up and timed runs are one train() call each, as a user would make them.
     trainer.train(num_steps=workload.warmup_steps)
     seconds, metrics = timed(lambda: trainer.train(num_steps=workload.timed_steps), device)

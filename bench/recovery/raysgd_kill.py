@@ -38,6 +38,17 @@ def _extra(parser) -> None:
                         help="strategy: 'fsdp' shards the model (one unit; bench.fsdp uses it)")
     parser.add_argument("--warm-spare", action="store_true",
                         help="kill only once every spare has finished warming up")
+    parser.add_argument("--gpu", action="store_true",
+                        help="the ranks share the machine's one GPU (1/N each); NCCL for one "
+                             "rank, gloo for more (NCCL refuses two ranks on one device)")
+
+
+def gpu_settings(args) -> dict:
+    """The trainer's device arguments: CPU, or the ranks sharing one GPU."""
+    if not args.gpu:
+        return {"use_gpu": False}
+    return {"use_gpu": True, "num_gpus_per_worker": 1 / args.num_workers,
+            "backend": "nccl" if args.num_workers == 1 else "gloo"}
 
 
 # A spare warms up in a few seconds alone; beside busy processes (the smoke tests run two
@@ -66,7 +77,7 @@ def main() -> None:
     ray.init(num_cpus=4, include_dashboard=False)
     try:
         trainer = TorchTrainer(training_operator_cls=StepLogOperator, num_workers=args.num_workers,
-                               use_gpu=False, num_cpus_per_worker=args.threads,
+                               num_cpus_per_worker=args.threads, **gpu_settings(args),
                                checkpoint_every_n_steps=args.commit_every,
                                strategy=raysgd.FSDP() if args.strategy == "fsdp" else "ddp",
                                config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
@@ -88,7 +99,7 @@ def main() -> None:
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
                "commit_interval": args.commit_every,
-               "spare_workers": args.spare_workers, "strategy": args.strategy,
+               "spare_workers": args.spare_workers, "strategy": args.strategy, "gpu": args.gpu,
                "warm_spare_wait_s": waited, "spare_warm_at_kill": warm,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU checks, in one run on a lent GPU machine (issue 38; bench/README "GPU figures").
+# Run tools/gpu_deps.sh here first, then, through the device tool, from the repo root:
+#   tools/gpu_check.sh            (carry: .gpudeps; figures and logs land in $OUT)
+# On a GPU machine of your own with `make install-gpu` done, PY=.venv/bin/python skips the
+# carried dependencies. Steps, each under its own time limit so a hang costs only its step:
+#   tests     the GPU tests (tests/test_gpu.py);
+#   copy      a commit's copy to host memory, pageable against pinned (bench.gpu.commit_copy);
+#   bench_gpu ResNet-50 fp16/bf16 against a hand-written torch.amp loop (make bench-gpu's),
+#             and raysgd without in-epoch commits (a diagnosis);
+#   recovery  a GPU rank killed, with a warm spare and without one;
+#   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check}
+PY=${PY:-python3}
+export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+exec > >(tee -a "$LOG") 2>&1
+
+if [ -d .gpudeps ] && [ "${PY}" = python3 ]; then
+  SITE=/tmp/raysgd-site
+  mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpudeps/ray-slim.tar.xz
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" .gpudeps/*.whl || exit 1
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+step() {  # step NAME SECONDS COMMAND...: run it, keep its status for the summary
+  local name=$1 limit=$2; shift 2
+  echo "=== $(date +%T) $name (limit ${limit}s): $*"
+  local started=$SECONDS
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - started))s"
+  echo "$name exit=$rc seconds=$((SECONDS - started))" >> "$OUT/summary.txt"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$PY - <<'PY'
+import platform, torch, ray, pytorch_lightning, pyarrow
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}, "
+      f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}), ray {ray.__version__}, "
+      f"lightning {pytorch_lightning.__version__}, pyarrow {pyarrow.__version__}, "
+      f"device {torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU(s), "
+      f"{__import__('os').cpu_count()} CPUs")
+PY
+
+# GPU_STEPS="tests bench_gpu" runs only those steps (default: all, in this order). Seen on an
+# H200 (2026-11-27): tests about 150 s, copy 30 s, bench_gpu 200 s (8 runs) to 300 s (12),
+# recovery 150 s, fsdp_gpu 70 s; a machine's start costs 30-90 s of the 15 device minutes.
+want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
+want tests && step tests "${GPU_TESTS_S:-240}" $PY -m pytest -v -rs -p no:cacheprovider \
+  --durations=0 --timeout 150 tests/test_gpu.py
+want copy && step copy "${GPU_COPY_S:-90}" bash -c \
+  "$PY -m bench.gpu.commit_copy --state resnet50 && $PY -m bench.gpu.commit_copy --state mlp"
+want bench_gpu && step bench_gpu "${GPU_BENCH_S:-320}" $PY -m bench.gpu \
+  --repeats "${GPU_REPEATS:-2}" --steps "${GPU_BENCH_STEPS:-100}" --out "$OUT/gpu.json" \
+  --variants ${GPU_VARIANTS:-raysgd_fp16 loop_fp16 raysgd_bf16 loop_bf16 raysgd_fp16_no_commits \
+  raysgd_bf16_no_commits}
+want recovery && step recovery "${GPU_RECOVERY_S:-180}" $PY -m bench.fsdp --gpu \
+  --out "$OUT/recovery_gpu.json" \
+  --only kill_ddp_gpu_spare1_warm kill_ddp_gpu_spare0 kill_fsdp_gpu_spare1_warm
+want fsdp_gpu && step fsdp_gpu "${GPU_FSDP_S:-90}" $PY -m bench.fsdp --gpu \
+  --repeats "${GPU_FSDP_REPEATS:-1}" --only raysgd_fsdp_gpu torchrun_fsdp_gpu \
+  --out "$OUT/fsdp_gpu.json"
+cat "$OUT/summary.txt"
