@@ -103,8 +103,9 @@ def test_the_default_spare_goes_only_where_a_cpu_is_free_and_warms_at_normal_pri
     roomy = trainer_factory()
     roomy.train()  # the first commit starts the spare
     spare, = roomy._supervisor.group.spares
-    assert ray.get(spare.ready, timeout=120) is True
-    pid = ray.get(spare.actor.node_info.remote())["pid"]
+    info = ray.get(spare.actor.node_info.remote())
+    assert ray.get(spare.ready, timeout=120) == info["node_id"]  # warm, and where it runs
+    pid = info["pid"]
     rank_pid = pids(roomy)[0]
     assert os.sched_getscheduler(pid) == os.SCHED_OTHER
     assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, rank_pid)
@@ -243,3 +244,20 @@ def test_idle_workers_are_stopped_after_the_idle_timeout(trainer_factory, monkey
         time.sleep(0.05)
     assert idle_workers()["workers"] == 0
     assert running() == []
+
+
+def test_a_spare_takes_the_node_it_reports_once_warm(ray_session):
+    """A CPU spare's node is only asked of Ray (soft affinity): once warm, the node it
+    reports is the one ranks and drains are matched against."""
+    from raysgd.driver.warm import Spare
+
+    moved = Spare(actor=None, ready=ray_session.put("node-b"), node="node-a")
+    assert moved.node_now() == "node-b" and not moved.failed()
+
+    @ray_session.remote
+    def dies():
+        raise RuntimeError("warm-up failed")
+
+    dead = Spare(actor=None, ready=dies.remote(), node="node-a")
+    ray_session.wait([dead.ready])
+    assert dead.failed() and dead.node_now() == "node-a"

@@ -23,6 +23,9 @@ def parse_args(description: str) -> argparse.Namespace:
                         help="default: cuda when available")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     parser.add_argument("--steps", type=int, default=None, help="timed steps")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="after the timed steps, this many more under torch.profiler: "
+                             "what the CPU waited for and how busy the GPU was (a diagnosis)")
     parser.add_argument("--no-commits", action="store_true",
                         help="raysgd variants: checkpoint_every_n_steps=None (a diagnosis: "
                              "what in-epoch commits cost)")
@@ -55,6 +58,35 @@ def timed(run: Callable[[], Any], device: torch.device) -> tuple:
     value = run()
     sync(device)
     return time.perf_counter() - start, value
+
+
+# The CPU-side calls that wait for the GPU, or copy from it, counted by ``profiled``.
+WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+         "cudaMemcpyAsync", "cudaHostAlloc", "cudaEventSynchronize")
+
+
+def profiled(run: Callable[[], Any], device: torch.device, steps: int) -> Dict[str, Any]:
+    """``run`` (``steps`` steps) under torch.profiler: per step, the calls in ``WAITS``, the GPU
+    kernels' busy time against the wall, and the CPU ops that took longest in all."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    sync(device)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        run()
+        sync(device)
+        wall = time.perf_counter() - start
+    averages = prof.key_averages()
+    device_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in averages
+                    if str(getattr(e, "device_type", "")).endswith("CUDA"))
+    top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+    return {"steps": steps, "wall_ms_per_step": wall * 1e3 / steps,
+            "gpu_busy_ms_per_step": device_us / 1e3 / steps,
+            "waits_per_step": {e.key: e.count / steps for e in averages if e.key in WAITS},
+            "top_cpu_ms_per_step": {e.key: e.self_cpu_time_total / 1e3 / steps for e in top}}
 
 
 def device_name(device: torch.device) -> str:

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import torch
 
-from bench.gpu.child import parse_args, report, setup, timed
+from bench.gpu.child import parse_args, profiled, report, setup, timed
 from bench.gpu.workload import Batch, GpuWorkload
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -58,8 +58,10 @@ def main() -> None:
     warmup, steps = workload.warmup_steps, workload.timed_steps
     loop.run(pool, 0, warmup)
     seconds, loss = timed(lambda: loop.run(pool, warmup, steps), device)
+    extra = {"profile": profiled(lambda: loop.run(pool, warmup + steps, args.profile_steps),
+                                 device, args.profile_steps)} if args.profile_steps else {}
     report(workload, args.precision, device, seconds, train_loss=float(loss.detach()),
-           loss_scale=loop.scaler.get_scale() if loop.scaler else None)
+           loss_scale=loop.scaler.get_scale() if loop.scaler else None, **extra)
 
 
 if __name__ == "__main__":

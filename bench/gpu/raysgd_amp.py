@@ -9,7 +9,7 @@ from __future__ import annotations
 from raysgd import TorchTrainer
 
 from bench.gpu import RAYSGD_USE_FP16
-from bench.gpu.child import parse_args, report, setup, timed
+from bench.gpu.child import parse_args, profiled, report, setup, timed
 from bench.gpu.raysgd_operator import PoolOperator
 
 
@@ -30,9 +30,11 @@ def main() -> None:
     trainer.train(num_steps=workload.warmup_steps)
     seconds, metrics = timed(lambda: trainer.train(num_steps=workload.timed_steps), device)
     scale = loss_scale(trainer) if args.precision == "fp16" else None
+    extra = {"profile": profiled(lambda: trainer.train(num_steps=args.profile_steps), device,
+                                 args.profile_steps)} if args.profile_steps else {}
     trainer.shutdown()
     report(workload, args.precision, device, seconds, train_loss=metrics.get("train_loss"),
-           loss_scale=scale, use_fp16=use_fp16)
+           loss_scale=scale, use_fp16=use_fp16, **extra)
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ class Rejoin:
         """``{rank: spare}`` for the ranks spares can take (spares on live nodes that are not
         draining). A GPU spare uses the dead rank's device, so it takes only a rank of its
         own node."""
-        usable = [spare for spare in self.spares if spare.node in alive]
+        usable = [spare for spare in self.spares if spare.node_now() in alive]
         if not self.residence.keeps_group:
             return dict(zip(ranks, warm_processes.usable_spares(usable, len(ranks))))
         assigned: Dict[int, Any] = {}
@@ -149,7 +149,7 @@ class Rejoin:
     def spares_on(self, nodes: Collection[str]) -> int:
         """Stop the spares on ``nodes`` (draining ones); how many there were. The next
         commit starts new ones elsewhere."""
-        leaving = [spare for spare in self.spares if spare.node in nodes]
+        leaving = [spare for spare in self.spares if spare.node_now() in nodes]
         for spare in leaving:
             warm_processes.kill(spare.actor)
             self.spares.remove(spare)

@@ -88,7 +88,8 @@ def _near(node: str):
 @dataclass(eq=False)
 class Spare:
     """A warm process waiting to take a dead rank's place on ``node``; ``ready`` resolves
-    once it is warm."""
+    once it is warm, to the node it runs on, which ``node`` then says (a CPU spare's node
+    is only asked of Ray: it may place the spare elsewhere)."""
 
     actor: Any
     ready: Any
@@ -98,12 +99,17 @@ class Spare:
         """Died before or while warming up (it is then replaced)."""
         return self._outcome() is False
 
+    def node_now(self) -> str:
+        """``node``, read again from ``ready`` if the spare has warmed up since."""
+        self._outcome()
+        return self.node
+
     def _outcome(self) -> Optional[bool]:
         done, _ = ray.wait([self.ready], timeout=0)
         if not done:
             return None
         try:
-            ray.get(done[0])
+            self.node = ray.get(done[0]) or self.node
             return True
         except (RayActorError, RayTaskError):
             return False

@@ -37,17 +37,18 @@ class _WorkerActor:
             from raysgd.worker.process_state import Baseline
             self.baseline = Baseline.capture()
 
-    def warm(self, operator_blob: bytes) -> bool:
+    def warm(self, operator_blob: bytes) -> str:
         """A spare does now what a worker's first trainer would wait for: import torch,
         raysgd's worker side, what DDP imports on first use and the operator's module
         (``operator_blob`` is the pickled class). It runs at normal priority: a spare is
         kept only where a CPU is free for it (``raysgd.driver.spare_plan``), or where the
-        user asked for one. It initialises no CUDA (importing torch does not)."""
+        user asked for one. It initialises no CUDA (importing torch does not). Returns the
+        node it runs on: a CPU spare's place is only asked for, not required."""
         importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
         self._capture_baseline()
         importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
         ray.cloudpickle.loads(operator_blob)
-        return True
+        return ray.get_runtime_context().get_node_id()
 
     def use_devices(self, ids: list) -> None:
         """A spare taking a GPU rank: see the dead rank's devices (``ids``, Ray's accelerator
