@@ -107,5 +107,5 @@ def load(path: str) -> Dict[str, Any]:
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
         raise CheckpointError(f"No checkpoint at {path}; check the path passed to load().")
-    with open(path, "rb") as handle:
-        return from_bytes(handle.read(), source=f"Checkpoint {path}")
+    # From the path: torch reads the tensors from the file, without all its bytes in memory too.
+    return read(path, source=f"Checkpoint {path}")
