@@ -9,6 +9,7 @@ from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 def test_average_meter_weights_by_n():
     meter = AverageMeter()
+    assert (meter.avg, meter.val, meter.sum, meter.count) == (0.0, 0.0, 0.0, 0)  # as legacy's
     meter.update(1.0, n=1)
     meter.update(4.0, n=3)
     assert meter.avg == pytest.approx(13 / 4)

@@ -48,6 +48,7 @@ class AverageMeter:
         self._val: Any = 0.0
         self._sum: Any = 0.0
         self.count = 0
+        self._updated = False  # avg is 0 until the first update, as legacy's; then NaN at n=0
 
     def update(self, val: Any, n: int = 1) -> None:
         if is_scalar_tensor(val):
@@ -55,6 +56,7 @@ class AverageMeter:
         self._val = val
         self._sum = val * n + self._sum
         self.count += n
+        self._updated = True
 
     @property
     def val(self) -> float:
@@ -66,7 +68,9 @@ class AverageMeter:
 
     @property
     def avg(self) -> float:
-        return self.sum / self.count if self.count else float("nan")
+        if not self.count:
+            return float("nan") if self._updated else 0.0
+        return self.sum / self.count
 
 
 class AverageMeterCollection:
