@@ -8,7 +8,10 @@
 #   *.whl            Ray's pure dependencies that image lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RAY_VERSION=${RAY_VERSION:-$(.venv/bin/python -c 'import ray; print(ray.__version__)')}
+if [ -z "${RAY_VERSION:-}" ]; then  # the Ray that `make install` put in .venv
+  [ -x .venv/bin/python ] || { echo "run make install first, or set RAY_VERSION" >&2; exit 2; }
+  RAY_VERSION=$(.venv/bin/python -c 'import ray; print(ray.__version__)')
+fi
 DEST=.gpudeps
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64)
