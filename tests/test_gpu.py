@@ -75,6 +75,20 @@ def test_a_commit_copies_gpu_tensors_to_pinned_host_memory_once_waited_for():
     assert torch.equal(copied, torch.arange(4096.0) * 3)
 
 
+def test_meters_summing_a_gpu_loss_copy_into_a_commit_as_numbers():
+    import copy
+
+    from raysgd.worker.metrics import AverageMeterCollection
+
+    meters = AverageMeterCollection()
+    for value in (1.0, 3.0):
+        meters.update({"train_loss": torch.tensor(value, device="cuda")}, n=2)
+    copied = copy.deepcopy(meters)  # what a commit holds; a driver may have no GPU
+    held = [value for meter in copied._meters.values() for value in vars(meter).values()]
+    assert not any(isinstance(value, torch.Tensor) for value in held)
+    assert copied.summary()["train_loss"] == meters.summary()["train_loss"] == 2.0
+
+
 def test_bf16_autocast_on_cuda_without_a_scaler(ray_session):
     trainer = TorchTrainer(LinearOperator, num_workers=1, use_gpu=True, use_fp16="bf16",
                            config={BATCH_SIZE: 50})

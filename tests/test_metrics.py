@@ -34,6 +34,30 @@ def test_tensor_losses_are_summed_where_they_live_and_read_only_by_the_summary()
     assert type(summary["last_loss"]) is float
 
 
+def test_meters_copied_into_a_commit_hold_numbers_not_device_tensors():
+    import copy
+    import pickle
+
+    meters = AverageMeterCollection()
+    meters.update({"loss": torch.tensor(2.0), "correct": torch.tensor(5)}, n=2)
+    for copied in (copy.deepcopy(meters), pickle.loads(pickle.dumps(meters))):
+        held = [value for meter in copied._meters.values() for value in vars(meter).values()]
+        assert not any(isinstance(value, torch.Tensor) for value in held)
+        assert copied.summary() == meters.summary()
+        copied.update({"loss": torch.tensor(4.0), "correct": torch.tensor(1)}, n=2)
+        assert copied.summary()["loss"] == 3.0
+    summary = meters.summary()
+    assert summary["last_correct"] == 5 and type(summary["last_correct"]) is int
+
+
+def test_a_meter_keeps_its_own_copy_of_a_tensor_value():
+    meter = AverageMeter()
+    value = torch.tensor(1.0, dtype=torch.float64)
+    meter.update(value)
+    value.add_(10)  # the caller reuses its tensor
+    assert meter.val == 1.0 and meter.avg == 1.0
+
+
 def test_collection_summary_has_counts_and_last_values():
     meters = AverageMeterCollection()
     meters.update({"loss": torch.tensor(2.0), "name": "x"}, n=2)

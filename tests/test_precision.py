@@ -1,4 +1,5 @@
 """Precision modes, loss scaling, clipping and accumulation, in-process on CPU (no Ray)."""
+import pickle
 import warnings
 
 import pytest
@@ -126,7 +127,8 @@ def test_overflow_skips_the_step_and_lowers_the_scale():
         loss = op.criterion(op.model(x), y) * float("inf")
     op.backward(loss)
     skipped = op.step(op.optimizer)  # its overflow flags are read when it is tested
-    assert bool(skipped) is False and not skipped
+    assert bool(skipped) is False and not skipped and skipped == False  # noqa: E712
+    assert pickle.loads(pickle.dumps(skipped)) is False  # a metric holding it pickles a bool
     assert all(torch.equal(p, q) for p, q in zip(op.model.parameters(), weights))
     op.optimizer.zero_grad()
     with op.autocast():

@@ -253,6 +253,8 @@ def test_a_spare_takes_the_node_it_reports_once_warm(ray_session):
 
     moved = Spare(actor=None, ready=ray_session.put("node-b"), node="node-a")
     assert moved.node_now() == "node-b" and not moved.failed()
+    unnamed = Spare(actor=None, ready=ray_session.put(True), node="node-a")  # no node said
+    assert unnamed.node_now() == "node-a" and not unnamed.failed()
 
     @ray_session.remote
     def dies():

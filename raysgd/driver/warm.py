@@ -109,7 +109,8 @@ class Spare:
         if not done:
             return None
         try:
-            self.node = ray.get(done[0]) or self.node
+            node = ray.get(done[0])
+            self.node = node if isinstance(node, str) and node else self.node
             return True
         except (RayActorError, RayTaskError):
             return False

@@ -28,8 +28,9 @@ def is_number(value: Any) -> bool:
 
 
 def is_scalar_tensor(value: Any) -> bool:
-    """A 0-d real tensor (a loss), which a meter can sum where it lives."""
-    return (isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool
+    """A plain 0-d real tensor (a loss), which a meter can sum where it lives (a subclass,
+    such as a DTensor, is read as a number at once, as before)."""
+    return (type(value) is torch.Tensor and value.ndim == 0 and value.dtype != torch.bool
             and not value.is_complex())
 
 
@@ -52,11 +53,20 @@ class AverageMeter:
 
     def update(self, val: Any, n: int = 1) -> None:
         if is_scalar_tensor(val):
-            val = val.detach().double()  # a bf16 loss summed in bf16 would lose digits
+            val = val.detach().clone()  # the caller's tensor may change in place later
+            # Summed in double: a bf16 loss summed in bf16 would lose digits.
+            self._sum = val.double() * n + self._sum
+        else:
+            self._sum = val * n + self._sum
         self._val = val
-        self._sum = val * n + self._sum
         self.count += n
         self._updated = True
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Copied into commits and sent to the driver, which may have no GPU: numbers only.
+        state = dict(self.__dict__)
+        state["_val"], state["_sum"] = self.val, self.sum
+        return state
 
     @property
     def val(self) -> float:

@@ -92,6 +92,15 @@ class Applied:
     def __bool__(self) -> bool:
         return not any(bool(flag) for flag in self._flags)
 
+    def __eq__(self, other: Any) -> bool:
+        return bool(self) == other if isinstance(other, bool) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(bool(self))
+
+    def __reduce__(self):
+        return bool, (bool(self),)  # pickled (into a metric, say) as the plain bool
+
     def __repr__(self) -> str:
         return repr(bool(self))
 
