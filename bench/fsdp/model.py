@@ -62,3 +62,14 @@ def reset_peak() -> int:
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")
     return status_bytes("VmRSS")
+
+
+def tensor_bytes(obj) -> int:
+    """The bytes of every tensor inside nested dicts, lists and tuples."""
+    if hasattr(obj, "element_size"):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0

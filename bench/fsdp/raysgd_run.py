@@ -17,7 +17,7 @@ from raysgd.state.packing import PackedTensor
 from raysgd.utils import BATCH_SIZE
 
 from bench.child import emit
-from bench.fsdp.model import SIZES, Block
+from bench.fsdp.model import SIZES, Block, tensor_bytes
 from bench.fsdp.bench_operator import FSDPBenchOperator
 
 
@@ -28,16 +28,6 @@ def packed_bytes(obj) -> int:
         return sum(packed_bytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(packed_bytes(v) for v in obj)
-    return 0
-
-
-def tensor_bytes(obj) -> int:
-    if hasattr(obj, "element_size"):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(v) for v in obj)
     return 0
 
 

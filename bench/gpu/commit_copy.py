@@ -20,6 +20,7 @@ import time
 import torch
 
 from bench.child import emit
+from bench.fsdp.model import tensor_bytes
 
 
 def _state(kind: str, device: torch.device):
@@ -43,13 +44,6 @@ def _pageable(state):
     return map_tensors(state, lambda t: t.detach().to("cpu", copy=True))
 
 
-def _bytes(state) -> int:
-    from raysgd.worker.batches import map_tensors
-    total = []
-    map_tensors(state, lambda t: total.append(t.numel() * t.element_size()))
-    return sum(total)
-
-
 def main() -> None:
     from raysgd.worker.host_copy import host_copies
 
@@ -70,7 +64,7 @@ def main() -> None:
             start = time.perf_counter()
             held[name].append(copy(state))
             times[name].append(time.perf_counter() - start)
-    size = _bytes(state)
+    size = tensor_bytes(state)
     figures = {"state": args.state, "state_mib": size / 2**20, "rounds": args.rounds,
                "device": torch.cuda.get_device_name(device)}
     for name, seconds in times.items():

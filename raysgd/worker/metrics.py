@@ -100,9 +100,8 @@ class AverageMeterCollection:
         self._batch_count += 1
         self.n += n
         for key, value in metrics.items():
-            if not is_scalar_tensor(value):
-                value = to_number(value)
-            if is_scalar_tensor(value) or is_number(value):
+            # A 0-d tensor is kept as it is (read at the summary); the rest read now.
+            if is_scalar_tensor(value) or is_number(value := to_number(value)):
                 self._meters.setdefault(key, AverageMeter()).update(value, n=n)
             else:
                 self._last_other[key] = value

@@ -38,8 +38,13 @@ class BatchEvents:
         self.fetched += 1
 
     def finished_batch(self, metrics: Mapping[str, Any], num_samples: int) -> None:
-        shown = {k: float(v) for k, v in metrics.items() if is_number(v) or on_cpu(v)}
-        pending = {k: v for k, v in metrics.items() if k not in shown and is_scalar_tensor(v)}
+        shown: Dict[str, float] = {}
+        pending: Dict[str, Any] = {}  # 0-d tensors off the CPU: reading one waits for it
+        for key, value in metrics.items():
+            if is_number(value) or (is_scalar_tensor(value) and value.device.type == "cpu"):
+                shown[key] = float(value)
+            elif is_scalar_tensor(value):
+                pending[key] = value
         if pending:  # a GPU loss: read it (which waits for the GPU) at most once a second
             now = time.monotonic()
             if now - self._device_read >= DEVICE_READ_INTERVAL_S:
@@ -63,7 +68,3 @@ class BatchEvents:
 def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
-
-def on_cpu(value: Any) -> bool:
-    """A 0-d tensor in host memory: reading it costs nothing."""
-    return is_scalar_tensor(value) and value.device.type == "cpu"
