@@ -210,10 +210,12 @@ def test_a_commit_reshards_to_another_world_size_and_back(ray_cpus):
 
 
 def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cpus, plain_fsdp,
-                                                                         tmp_path):
+                                                                         tmp_path, caplog):
     """Every rank writes its shards (DCP), the driver gathers the files; writing them does
     not change training (Adam's state is saved before its first step too); plain torch reads
-    them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows)."""
+    them, and 3 workers resume from what 2 wrote (an uneven split of 16 rows). A state
+    change right after a call (apply_all_operators) stages the same step again while the
+    writer fetches it: no write fails."""
     run_dir = tmp_path / "run"
     want = trained_state(FSDP(units=Block), checkpoint_dir=str(run_dir),
                          checkpoint_every_n_steps=2, checkpoint_every_n_steps_to_disk=4,
@@ -234,9 +236,11 @@ def test_disk_checkpoints_are_dcp_directories_that_resume_at_another_size(ray_cp
         assert_same_state(got, want)
         assert got["global_step"] == want["global_step"]
         resumed.train()  # and it trains on, writing 3-rank checkpoints
+        resumed.apply_all_operators(lambda op: None)  # the same step committed anew, at once
         after = resumed.state_dict()
     finally:
         resumed.shutdown()
+    assert "could not write a checkpoint" not in caplog.text
     latest = run_dir / json.loads((run_dir / "index.json").read_text())["latest"]
     assert len([name for name in os.listdir(latest) if name.endswith(".distcp")]) == 3
     with pytest.raises(CheckpointError, match=r"resume with strategy=FSDP"):

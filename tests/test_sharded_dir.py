@@ -115,6 +115,46 @@ def test_staging_returns_before_the_shards_are_written_and_serves_them_once_they
             thread.join(10)
 
 
+
+def test_a_step_staged_again_while_the_driver_reads_it_is_served_in_its_new_version():
+    """A state change between calls (apply_all_operators, update_scheduler) commits the same
+    step anew, and its stage may run while the driver's writer fetches the step's first
+    version: the fetch waits for the new files instead of failing (it used to fail with "no
+    staged checkpoint of step N", and the writer warned that a checkpoint was not written)."""
+    restaging, release = threading.Event(), threading.Event()
+
+    def slow_dcp(path):
+        restaging.set()
+        release.wait(10)
+        return _fake_dcp(1)(path)
+
+    staging = DiskStaging(DiskSchedule(), rank=1)
+    try:
+        staging.stage(8, True, _state(1, 8), _fake_dcp(1))
+        stager = threading.Thread(target=staging.stage, args=(8, True, _state(1, 99), slow_dcp))
+        stager.start()
+        assert restaging.wait(10)
+        fetched, errors = [], []
+
+        def read():
+            try:
+                fetched.append(staging.staged_files(8))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and not fetched and not errors  # waiting, not failing
+        release.set()
+        stager.join(10)
+        reader.join(10)
+        assert not errors
+        assert checkpoint_io.from_bytes(fetched[0]["raysgd-rank1.pt"])["global_step"] == 99
+    finally:
+        release.set()
+        staging.close()
+
+
 KILLED_RANK = """
 import os, signal
 from raysgd.state.disk_schedule import DiskSchedule

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import IO, Any, Callable, Dict, Optional
+from typing import IO, Any, Callable, Dict, Optional, Set
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
@@ -58,8 +58,10 @@ class DiskStaging:
         remove_orphans(tempfile.gettempdir())
         self.root = tempfile.mkdtemp(prefix=PREFIX)
         self._owner = _own(self.root)
-        self._lock = threading.Lock()  # the training thread stages, the copies thread reads
+        # The training thread stages, the copies thread reads: under this condition.
+        self._cond = threading.Condition()
         self._writes: Dict[int, Any] = {}  # staged step -> its write (wait() once complete)
+        self._in_progress: Set[int] = set()  # steps being staged (maybe again) right now
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
               save_shards: Callable[[str], Any], keep_existing: bool = False) -> None:
@@ -70,10 +72,20 @@ class DiskStaging:
         (the commit's content) gives the rest."""
         if not self.schedule.due(step, call_end) or (keep_existing and step in self._writes):
             return  # (every rank stages the same steps, so all skip alike)
-        with self._lock:
+        with self._cond:
             earlier = self._writes.pop(step, None)  # the same step again: a state change
-        if earlier is not None:
-            _wait(earlier)
+            self._in_progress.add(step)  # a reader of the step waits for its new files
+        try:
+            if earlier is not None:
+                _wait(earlier)
+            self._write_step(step, state, save_shards)
+        finally:
+            with self._cond:
+                self._in_progress.discard(step)
+                self._cond.notify_all()
+
+    def _write_step(self, step: int, state: Dict[str, Any],
+                    save_shards: Callable[[str], Any]) -> None:
         path = self._path(step)
         shutil.rmtree(path, ignore_errors=True)  # also what a failed stage left
         os.makedirs(path)
@@ -86,30 +98,35 @@ class DiskStaging:
                                  **(getattr(write, "extra", write) or {})}
         checkpoint_io.write_atomic(os.path.join(path, RANK_FILE.format(rank=self.rank)),
                                    checkpoint_io.to_bytes(part), sync=False)  # see dcp_io
-        with self._lock:
+        with self._cond:
             self._writes[step] = write
             for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
                 self._writes.pop(old)
                 shutil.rmtree(self._path(old), ignore_errors=True)
 
     def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
-        """The files of ``step`` (their paths with ``by_path``: a reader on this node)."""
-        with self._lock:
-            write = self._writes.get(step)
-            if write is None:
-                raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
-                                      f"{step} (it keeps steps {sorted(self._writes)})")
-        _wait(write)  # the shards' write may still run: here, on the copies thread
-        with self._lock:
-            if self._writes.get(step) is not write:
-                raise CheckpointError(f"rank {self.rank} replaced its staged checkpoint of "
-                                      f"step {step} while it was read")
-            if by_path:  # hard links: valid however this rank rotates or replaces the step
-                return pin_files(self._path(step), self.root)
-            return pack_dir(self._path(step))
+        """The files of ``step`` (their paths with ``by_path``: a reader on this node).
+
+        A step staged again meanwhile (a state change between calls, such as
+        ``apply_all_operators``, commits the same step anew) is served in its new version:
+        it holds everything the old one did."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: step not in self._in_progress)
+                write = self._writes.get(step)
+                if write is None:
+                    raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
+                                          f"{step} (it keeps steps {sorted(self._writes)})")
+            _wait(write)  # the shards' write may still run: here, on the copies thread
+            with self._cond:
+                if step in self._in_progress or self._writes.get(step) is not write:
+                    continue  # replaced while this waited: serve the new version
+                if by_path:  # hard links: valid however this rank rotates or replaces the step
+                    return pin_files(self._path(step), self.root)
+                return pack_dir(self._path(step))
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             writes, self._writes = list(self._writes.values()), {}
         for write in writes:
             with contextlib.suppress(Exception):
