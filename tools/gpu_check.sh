@@ -10,7 +10,11 @@
 #   bench_gpu ResNet-50 fp16/bf16 against a hand-written torch.amp loop (make bench-gpu's),
 #             and raysgd without in-epoch commits (a diagnosis);
 #   recovery  a GPU rank killed, with a warm spare and without one;
-#   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun.
+#   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun;
+#   disk_ddp  issue 36's checkpoint costs on CPU (bench.disk, DDP: local disk and S3) with
+#             training kept on 2 cores and moto's S3 endpoint on 4 others, so the endpoint
+#             takes no CPU from training, as a remote one would not (no GPU used);
+#   disk_fsdp the same for FSDP's cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
@@ -26,6 +30,10 @@ if [ -d .gpudeps ] && [ "${PY}" = python3 ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" .gpudeps/*.whl || exit 1
   export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -f .gpudeps/s3-site.tar.xz ]; then  # moto, on the S3 endpoint's path only
+  export BENCH_S3_SITE=/tmp/raysgd-s3-site
+  mkdir -p "$BENCH_S3_SITE" && tar -C "$BENCH_S3_SITE" -xJf .gpudeps/s3-site.tar.xz
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -54,7 +62,10 @@ PY
 # 110 s for its three kills, fsdp_gpu 70 s; not yet run: copy and profile (under a minute each,
 # expected). A machine's start cost 30 s of the session's 15 device minutes. All steps together
 # outlast one device call (10 minutes): split them over two, e.g. GPU_STEPS="tests copy profile"
-# then GPU_STEPS="bench_gpu recovery fsdp_gpu" while the machine is still warm.
+# then GPU_STEPS="bench_gpu recovery fsdp_gpu" while the machine is still warm. The disk steps
+# (issue 36, no GPU needed) take about 3 and 7 minutes on 2 cores (estimated from this 2-core VM;
+# not yet run on a lent machine): disk_ddp fits in a call beside GPU steps, disk_fsdp needs one
+# of its own (GPU_STEPS="disk_fsdp").
 want() { [ -z "${GPU_STEPS:-}" ] || [[ " $GPU_STEPS " == *" $1 "* ]]; }
 want tests && step tests "${GPU_TESTS_S:-240}" $PY -m pytest -v -rs -p no:cacheprovider \
   --durations=0 --timeout 150 tests/test_gpu.py
@@ -72,4 +83,9 @@ want recovery && step recovery "${GPU_RECOVERY_S:-180}" $PY -m bench.fsdp --gpu 
 want fsdp_gpu && step fsdp_gpu "${GPU_FSDP_S:-90}" $PY -m bench.fsdp --gpu \
   --repeats "${GPU_FSDP_REPEATS:-1}" --only raysgd_fsdp_gpu torchrun_fsdp_gpu \
   --out "$OUT/fsdp_gpu.json"
+DISK=(--training-cpus 0,1 --endpoint-cpus 2-5)
+want disk_ddp && step disk_ddp "${GPU_DISK_DDP_S:-300}" $PY -m bench.disk "${DISK[@]}" --rounds 3 \
+  --cases "ddp mlp, local" "ddp mlp, s3" --out "$OUT/disk_ddp.json"
+want disk_fsdp && step disk_fsdp "${GPU_DISK_FSDP_S:-540}" $PY -m bench.disk "${DISK[@]}" --rounds 2 \
+  --cases "fsdp every 20, local" "fsdp every 20, s3" --out "$OUT/disk_fsdp.json"
 cat "$OUT/summary.txt"

@@ -12,6 +12,11 @@
 S3 is moto's server on this machine (``bench/disk/s3.py``). Targets (printed, not
 enforced): DDP, a checkpoint every epoch <= 1 % of the epoch (MLP); FSDP, every 20 steps
 <= 3 %; both to local disk and to S3.
+
+On a machine with cores to spare, ``--training-cpus 0,1 --endpoint-cpus 2-5`` keeps this
+process, its Ray and every worker on two cores (the 2-core machine the targets are set
+for) and moto on others, so the endpoint takes no CPU from training, as a remote one would
+not.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import ray
 from tabulate import tabulate
 
 from bench.disk import cost, fsdp_cost, resume
-from bench.disk.s3 import LocalS3
+from bench.disk.s3 import LocalS3, parse_cpus
 from bench.launch import REPO_ROOT
 from bench.report import metadata_block, write_json
 
@@ -40,7 +45,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--cases", nargs="*", default=None,
                         help="only these cost cases (names as in the table); skips the resume part")
-    return parser.parse_args(argv)
+    parser.add_argument("--training-cpus", type=parse_cpus, default=None, metavar="LIST",
+                        help="run this process, Ray and the workers on these CPUs only (e.g. 0,1)")
+    parser.add_argument("--endpoint-cpus", type=parse_cpus, default=None, metavar="LIST",
+                        help="run the S3 endpoint on these CPUs (e.g. 2-5; default: any, nice 19)")
+    args = parser.parse_args(argv)
+    if args.training_cpus and args.endpoint_cpus and args.training_cpus & args.endpoint_cpus:
+        parser.error("--training-cpus and --endpoint-cpus share CPUs "
+                     f"{sorted(args.training_cpus & args.endpoint_cpus)}; give disjoint lists")
+    return args
 
 
 def _met(figures, target) -> str:
@@ -55,7 +68,9 @@ def _costs(args, mode, tmp) -> dict:
     blocks = 1 if args.quick else 2 * rounds
     fsdp_blocks = 1 if args.quick else rounds
     fsdp_epochs = 1 if args.quick else 2  # timed epochs per block
-    s3 = LocalS3()
+    s3 = LocalS3(args.endpoint_cpus)
+    if args.training_cpus:  # Ray's processes, started below, inherit it
+        os.sched_setaffinity(0, args.training_cpus)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         cases = (("ddp mlp, local", DDP_TARGET, lambda: cost.measure("mlp", mode, blocks, 2, tmp)),
@@ -120,7 +135,9 @@ def main(argv=None) -> int:
                          all(r["final_step"] == r["expected_final_step"] for r in resumes)]],
                        headers=["fresh launch → first step (s)", "resumed launch → first step (s)",
                                 "steps re-run", "disk interval", "finished"]))
-    write_json(args.out, {"meta": metadata_block({"mode": mode, "rounds": rounds}),
+    pinned = {"training_cpus": sorted(args.training_cpus or ()),
+              "endpoint_cpus": sorted(args.endpoint_cpus or ())}
+    write_json(args.out, {"meta": metadata_block({"mode": mode, "rounds": rounds, **pinned}),
                           "cost": {case: dict(c, target=t) for case, (c, t) in costs.items()},
                           "resume": resumes})
     print(f"\nsaved {args.out}")

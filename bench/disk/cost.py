@@ -23,6 +23,11 @@ from bench.raysgd_operator import BenchOperator
 from bench.workloads import get_workload
 
 
+# Blocks in the order disk, none, none, disk, ...: the machine's speed drifts over minutes
+# (seen: 5 % in one run), and a fixed disk-first order credited the drift to one kind.
+KINDS = ("disk", "none", "none", "disk")
+
+
 def _trainer(case: str, mode: str, checkpoint_dir) -> TorchTrainer:
     if case == "mlp":
         workload = get_workload("mlp", mode)
@@ -45,7 +50,7 @@ def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str,
     driver_cpu: Dict[str, list] = {"none": [], "disk": []}  # every thread of this process
     trainer.train()  # warm-up
     for block in range(2 * blocks):
-        kind = "disk" if block % 2 == 0 else "none"
+        kind = KINDS[block % 4]
         writer.flush()  # nothing of the previous block spills into this one
         recorder.checkpointer = writer if kind == "disk" else off
         trainer.train()  # untimed: with a directory, its write overlaps the next epoch

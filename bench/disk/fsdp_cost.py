@@ -1,12 +1,16 @@
 """What FSDP checkpoints every 20 steps cost an epoch, to local disk or to S3.
 
-Under FSDP the ranks write the checkpoint (each its own shards, with DCP), so the writer
-cannot be switched off inside one trainer as ``cost.py`` does for DDP. Two trainers live
-side by side instead, on the same Ray, the same model and data, both committing every 20
-steps: one without ``checkpoint_dir``, one writing every 20 steps. Blocks of epochs
-alternate between them; before each block the writing trainer's checkpoints are flushed,
-so nothing spills into the other's block, and the block starts with an untimed epoch, so
-its first timed epoch carries the previous call-end write as in a real run.
+Under FSDP the ranks write the checkpoint (each its own shards, with DCP) and the driver
+gathers the files. As ``cost.py`` does for DDP, one trainer trains blocks of epochs with its
+checkpoints switched on and off in turn, so both kinds run on the same worker processes,
+placement and data: two identical trainers without any checkpoint (this benchmark's design
+until 2026-11-27 compared two trainers) differed by 1.3 % in median epoch time (8 epochs
+each), almost half the 3 % target. Switching off
+takes both halves: the driver's writer (the recorder's checkpointer swapped for the
+do-nothing one) and every rank's staging (``set_staging``, run in the workers). Both kinds
+commit every 20 steps. Before each block the writer is flushed, so nothing spills into the
+next block, and the block starts with an untimed epoch, so its first timed epoch carries
+the previous call-end write as in a real run.
 
 ``async_checkpoints`` (``FSDP(async_checkpoints=...)``) overrides raysgd's choice of how the
 ranks write their shards (None: in place on CPUs, in the background with ``dcp.async_save``
@@ -20,8 +24,10 @@ import time
 from typing import Any, Dict, Optional
 
 from raysgd import FSDP, TorchTrainer
+from raysgd.driver.run_recorder import NullCheckpointer
 from raysgd.utils import BATCH_SIZE
 
+from bench.disk.cost import KINDS
 from bench.fsdp.bench_operator import FSDPBenchOperator
 from bench.fsdp.model import Block
 
@@ -29,8 +35,9 @@ EVERY = 20  # steps between checkpoints
 
 
 def _trainer(mode: str, async_checkpoints: Optional[bool] = None, **kwargs) -> TorchTrainer:
-    """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 64 steps an epoch
-    per rank (2,048 samples, 16 per rank and step; quick: 16 steps, 512 samples, 16)."""
+    """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 128 steps an epoch
+    (2,048 samples, 16 a step across the 2 ranks; quick: 32 steps of 512 samples): six
+    in-epoch checkpoints and the call-end one."""
     quick = mode == "quick"
     config = {BATCH_SIZE: 16, "mode": "quick" if quick else "full"}
     return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False, config=config,
@@ -48,25 +55,39 @@ def cpu_seconds(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def set_staging(on: bool) -> None:
+    """In a worker: its rank stages its shards for the disk (``on``) or stages nothing.
+    The benchmark's own switch, through the runner's internals: raysgd has no public one."""
+    import gc
+
+    from raysgd.worker.runner import WorkerRunner
+    from raysgd.worker.staging import NoStaging
+
+    for runner in [obj for obj in gc.get_objects() if isinstance(obj, WorkerRunner)]:
+        if not hasattr(runner, "_bench_staging"):
+            runner._bench_staging = runner._staging
+        runner._staging = runner._bench_staging if on else NoStaging()
+
+
 def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
             async_checkpoints: Optional[bool] = None,
             storage_filesystem: Any = None) -> Dict[str, Any]:
-    plain = _trainer(mode)
-    disk = _trainer(mode, async_checkpoints, checkpoint_dir=checkpoint_dir,
-                    storage_filesystem=storage_filesystem,
-                    checkpoint_every_n_steps_to_disk=EVERY, keep_checkpoints=2)
-    writer = disk._recorder.checkpointer
+    trainer = _trainer(mode, async_checkpoints, checkpoint_dir=checkpoint_dir,
+                       storage_filesystem=storage_filesystem,
+                       checkpoint_every_n_steps_to_disk=EVERY, keep_checkpoints=2)
+    recorder = trainer._recorder
+    writer, off = recorder.checkpointer, NullCheckpointer()
     times: Dict[str, list] = {"none": [], "disk": []}
     cpu: Dict[str, list] = {"none": [], "disk": []}  # seconds of CPU, every process, per epoch
     driver_cpu: Dict[str, list] = {"none": [], "disk": []}  # of those, the driver's
-    pids = [os.getpid()] + plain.apply_all_workers(os.getpid) + disk.apply_all_workers(os.getpid)
+    pids = [os.getpid()] + trainer.apply_all_workers(os.getpid)
     try:
-        plain.train()  # warm-up of both
-        disk.train()
+        trainer.train()  # warm-up
         for block in range(2 * blocks):
-            kind = "disk" if block % 2 == 0 else "none"
-            trainer = disk if kind == "disk" else plain
-            writer.flush(600)
+            kind = KINDS[block % 4]
+            writer.flush(600)  # nothing of the previous block spills into this one
+            recorder.checkpointer = writer if kind == "disk" else off
+            trainer.apply_all_workers(lambda on=kind == "disk": set_staging(on))
             trainer.train()  # untimed: the call-end write overlaps the next epoch
             for _ in range(epochs):
                 start, cpu_start = time.perf_counter(), cpu_seconds(pids)
@@ -76,14 +97,13 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
                 cpu[kind].append(cpu_seconds(pids) - cpu_start)
                 driver_cpu[kind].append(time.process_time() - driver_start)
         writer.flush(600)
-        steps = disk._supervisor.commit.step
-        directory = disk._recorder.directory
+        steps = trainer._supervisor.commit.step
+        directory = recorder.directory
         latest = directory.entries()[-1]["file"]
         size = sum(len(directory.store.read(f"{latest}/{rel}"))
                    for rel in directory.store.files(latest)) / 2 ** 20
     finally:
-        disk.shutdown()
-        plain.shutdown()
+        trainer.shutdown()
     none, with_disk = statistics.median(times["none"]), statistics.median(times["disk"])
     cpu_none, cpu_disk = statistics.median(cpu["none"]), statistics.median(cpu["disk"])
     return {"epoch_s_none": none, "epoch_s_disk": with_disk, "cost": with_disk / none - 1,

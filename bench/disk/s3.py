@@ -2,10 +2,16 @@
 extra), in a process of its own at the lowest CPU priority (nice 19).
 
 A real bucket is across a network: its request handling takes no CPU from the training
-machine. moto on this machine must take some (it is Python, parsing every upload), and on
-two cores that both train, any CPU it takes is training time lost. Running it at nice 19
-gives it the cores' idle time first, which stands in for the remote endpoint; what it
-still used is reported beside the figures (``endpoint_cpu_s``), so the reader can judge."""
+machine. moto on this machine must take some (it is Python, parsing every upload: about
+180 ms of CPU per 12 MiB upload, where pyarrow's client side takes 13), and on two cores
+that both train, any CPU it takes is training time lost. Running it at nice 19 gives it the
+cores' idle time first; what it still used is reported beside the figures
+(``endpoint_cpu_s``), so the reader can judge. On a machine with cores to spare, ``cpus``
+puts it on cores of its own (``python -m bench.disk --training-cpus 0,1 --endpoint-cpus
+2-5``): a fair stand-in for the remote endpoint.
+
+``BENCH_S3_SITE``: a directory put first on moto's ``sys.path`` only (tools/gpu_check.sh
+carries moto there to a machine without a package index)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 # What pyarrow (and boto) need to talk to a local endpoint: any keys, a region, and no
 # probing of EC2's metadata service for credentials.
@@ -28,19 +34,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def parse_cpus(text: str) -> Set[int]:
+    """``"0,1"``, ``"2-5"`` or ``"0,4-7"``: the CPU numbers, as ``taskset -c`` reads them."""
+    cpus: Set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(f"not a CPU list: {text!r} (give e.g. 0,1 or 2-5)")
+        cpus.update(range(int(first), int(last or first) + 1))
+    unknown = cpus - os.sched_getaffinity(0)
+    if unknown:
+        raise ValueError(f"CPUs {sorted(unknown)} of {text!r} are not available to this process "
+                         f"(it may use {sorted(os.sched_getaffinity(0))})")
+    return cpus
+
+
 def endpoint_env(url: str) -> Dict[str, str]:
     """The variables that point pyarrow at the endpoint ``url``, as a user would set them."""
     return {**AWS_ENV, "AWS_ENDPOINT_URL": url}
 
 
 class LocalS3:
-    def __init__(self) -> None:
+    def __init__(self, cpus: Optional[Set[int]] = None) -> None:
+        """``cpus``: the CPUs moto may run on (None: any, at nice 19)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        site = os.environ.get("BENCH_S3_SITE")
+        if site:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
         self._server = subprocess.Popen(
-            ["nice", "-n", "19", sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-             "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ([] if cpus else ["nice", "-n", "19"]) +
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         deadline = time.monotonic() + 60
         while True:
             try:
