@@ -28,6 +28,12 @@ class CheckpointError(RaySGDError, ValueError):
     """A checkpoint file is missing, truncated, foreign or unsafe to load."""
 
 
+class StagedCheckpointSuperseded(CheckpointError):
+    """A sharded checkpoint's step was staged anew while the driver fetched the ranks'
+    files (a state change between calls commits the same step again), so they may not all
+    be of one commit: the write is dropped and tried again, never placed."""
+
+
 class TrainerShutdownError(RaySGDError, RuntimeError):
     """A method was called on a trainer whose workers are gone."""
 

@@ -1,4 +1,5 @@
 """``python -m bench.disk``'s CPU pinning options, parsed (no Ray, nothing started)."""
+import argparse
 import os
 
 import pytest
@@ -14,9 +15,10 @@ def test_cpu_lists_read_as_taskset_reads_them():
     if available == list(range(first, last + 1)):  # (a container may leave gaps)
         assert parse_cpus(f"{first}-{last}") == set(available)
     assert parse_cpus(f"{first},{last}") == {first, last}
-    with pytest.raises(ValueError, match="not a CPU list"):
-        parse_cpus("two")
-    with pytest.raises(ValueError, match=r"not available to this process"):
+    for bad in ("two", f"{last}-{first - 1}" if first else "1-0", f"{first}-", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a CPU list"):
+            parse_cpus(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"not available to this process"):
         parse_cpus(f"{last + 1}")
 
 

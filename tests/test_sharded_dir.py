@@ -14,7 +14,8 @@ import time
 import pytest
 import torch
 
-from raysgd.errors import CheckpointError
+from raysgd.driver.staged import staged_parts
+from raysgd.errors import CheckpointError, StagedCheckpointSuperseded
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import INDEX, RANKS_KEY, RUN_KEY, CheckpointDirectory
 from raysgd.state.commit import Commit
@@ -150,9 +151,65 @@ def test_a_step_staged_again_while_the_driver_reads_it_is_served_in_its_new_vers
         reader.join(10)
         assert not errors
         assert checkpoint_io.from_bytes(fetched[0]["raysgd-rank1.pt"])["global_step"] == 99
+        # Each stage has a version of its own, which the driver checks at the end of a fetch.
+        version, files = staging.staged_files(8, with_version=True)
+        assert version == staging.staged_version(8) == 2 and "raysgd-rank1.pt" in files
     finally:
         release.set()
         staging.close()
+
+
+class _Rank:
+    """A fake driver-side rank: its files of ``step``, then another version of them."""
+
+    def __init__(self, versions):
+        self.versions = list(versions)  # served by the fetch, then by each later check
+
+    def staged_files(self, step, by_path, with_version):
+        return self.versions.pop(0), {f"__0_{step}.distcp": b"x"}
+
+    def staged_version(self, step):
+        return self.versions[0]
+
+
+class _Group:
+    actors, rank_nodes = [], []
+
+    def __init__(self, rank):
+        self.local_runner = rank
+
+
+def test_a_fetch_that_a_new_stage_overtook_is_dropped_not_placed():
+    """The ranks' files are fetched one at a time; a step staged anew in between would mix
+    two commits' files, so every rank is asked again at the end."""
+    parts = staged_parts(_Group(_Rank([3, 3])), 8)
+    assert list(parts) == [{"__0_8.distcp": b"x"}]  # the version stood: the fetch stands
+    parts = staged_parts(_Group(_Rank([3, 4])), 8)
+    assert next(parts) == {"__0_8.distcp": b"x"}
+    with pytest.raises(StagedCheckpointSuperseded, match=r"staged anew .*\[3\] then \[4\]"):
+        next(parts)
+    with pytest.raises(StagedCheckpointSuperseded):  # None: being staged again right now
+        list(staged_parts(_Group(_Rank([3, None])), 8))
+
+
+def test_the_writer_tries_a_superseded_fetch_again_at_once_and_quietly(tmp_path, caplog):
+    tries = []
+
+    def fetch_staged(step):
+        tries.append(step)
+        if len(tries) == 1:
+            raise StagedCheckpointSuperseded(f"step {step} was staged anew")
+        return iter(_parts(step))
+
+    writer = DiskCheckpointer(CheckpointDirectory(str(tmp_path)), StagedShards(fetch_staged),
+                              "m.Op")
+    with caplog.at_level(logging.INFO, logger="raysgd"):
+        writer.commit_moved(Commit(5, 0, 2, [None, None], 1), in_epoch=False)
+        assert writer.flush(30)
+        writer.close()
+    assert tries == [5, 5] and writer.never_written == [] and writer.failed_tries == 0
+    assert [e["step"] for e in writer.directory.entries()] == [5]
+    assert not caplog.records
 
 
 KILLED_RANK = """

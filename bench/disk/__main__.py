@@ -30,7 +30,7 @@ import ray
 from tabulate import tabulate
 
 from bench.disk import cost, fsdp_cost, resume
-from bench.disk.s3 import LocalS3, parse_cpus
+from bench.disk.s3 import LocalS3, parse_cpus, pin_process
 from bench.launch import REPO_ROOT
 from bench.report import metadata_block, write_json
 
@@ -70,7 +70,7 @@ def _costs(args, mode, tmp) -> dict:
     fsdp_epochs = 1 if args.quick else 2  # timed epochs per block
     s3 = LocalS3(args.endpoint_cpus)
     if args.training_cpus:  # Ray's processes, started below, inherit it
-        os.sched_setaffinity(0, args.training_cpus)
+        pin_process(args.training_cpus)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         cases = (("ddp mlp, local", DDP_TARGET, lambda: cost.measure("mlp", mode, blocks, 2, tmp)),

@@ -24,7 +24,7 @@ from bench.workloads import get_workload
 
 
 # Blocks in the order disk, none, none, disk, ...: the machine's speed drifts over minutes
-# (seen: 5 % in one run), and a fixed disk-first order credited the drift to one kind.
+# (seen: 8 % within one 5-minute run), and a fixed disk-first order credited it to one kind.
 KINDS = ("disk", "none", "none", "disk")
 
 
@@ -59,6 +59,7 @@ def measure(case: str, mode: str, blocks: int, epochs: int, tmp: str,
             trainer.train()
             times[kind].append(time.perf_counter() - start)
             driver_cpu[kind].append(time.process_time() - cpu_start)
+    recorder.checkpointer = writer  # so shutdown closes the real one
     writer.flush()
     directory = recorder.directory
     size = len(directory.store.read(directory.entries()[-1]["file"])) / 2 ** 20

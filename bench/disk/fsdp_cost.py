@@ -36,8 +36,8 @@ EVERY = 20  # steps between checkpoints
 
 def _trainer(mode: str, async_checkpoints: Optional[bool] = None, **kwargs) -> TorchTrainer:
     """The FSDP benchmark's model (``full``: 6 blocks of width 768, Adam); 128 steps an epoch
-    (2,048 samples, 16 a step across the 2 ranks; quick: 32 steps of 512 samples): six
-    in-epoch checkpoints and the call-end one."""
+    (2,048 samples, 16 a step across the 2 ranks; quick: 32 steps of 512 samples): six or
+    seven in-epoch checkpoints and the call-end one."""
     quick = mode == "quick"
     config = {BATCH_SIZE: 16, "mode": "quick" if quick else "full"}
     return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False, config=config,
@@ -69,6 +69,18 @@ def set_staging(on: bool) -> None:
         runner._staging = runner._bench_staging if on else NoStaging()
 
 
+def _switch(trainer: TorchTrainer, writer: Any, off: Any, was: str, kind: str) -> str:
+    """Checkpoints on (``"disk"``) or off from the next call on. The switch on the ranks
+    re-commits the step (``apply_all_workers`` is a state change), so it runs while the
+    driver's writer is off: that commit is never written, nor counted in ``writes``."""
+    if kind != was:
+        trainer._recorder.checkpointer.flush(600)  # nothing of one block spills into the next
+        trainer._recorder.checkpointer = off
+        trainer.apply_all_workers(lambda on=kind == "disk": set_staging(on))
+        trainer._recorder.checkpointer = writer if kind == "disk" else off
+    return kind
+
+
 def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
             async_checkpoints: Optional[bool] = None,
             storage_filesystem: Any = None) -> Dict[str, Any]:
@@ -83,11 +95,9 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
     pids = [os.getpid()] + trainer.apply_all_workers(os.getpid)
     try:
         trainer.train()  # warm-up
+        kind = "disk"
         for block in range(2 * blocks):
-            kind = KINDS[block % 4]
-            writer.flush(600)  # nothing of the previous block spills into this one
-            recorder.checkpointer = writer if kind == "disk" else off
-            trainer.apply_all_workers(lambda on=kind == "disk": set_staging(on))
+            kind = _switch(trainer, writer, off, kind, KINDS[block % 4])
             trainer.train()  # untimed: the call-end write overlaps the next epoch
             for _ in range(epochs):
                 start, cpu_start = time.perf_counter(), cpu_seconds(pids)
@@ -96,6 +106,7 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
                 times[kind].append(time.perf_counter() - start)
                 cpu[kind].append(cpu_seconds(pids) - cpu_start)
                 driver_cpu[kind].append(time.process_time() - driver_start)
+        _switch(trainer, writer, off, kind, "disk")  # so shutdown closes the real ones
         writer.flush(600)
         steps = trainer._supervisor.commit.step
         directory = recorder.directory

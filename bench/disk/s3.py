@@ -14,7 +14,9 @@ puts it on cores of its own (``python -m bench.disk --training-cpus 0,1 --endpoi
 carries moto there to a machine without a package index)."""
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -35,18 +37,31 @@ def free_port() -> int:
 
 
 def parse_cpus(text: str) -> Set[int]:
-    """``"0,1"``, ``"2-5"`` or ``"0,4-7"``: the CPU numbers, as ``taskset -c`` reads them."""
+    """``"0,1"``, ``"2-5"`` or ``"0,4-7"``: the CPU numbers, as ``taskset -c`` reads them (an
+    ``argparse`` type: its error is shown as is)."""
     cpus: Set[int] = set()
     for part in text.split(","):
-        first, _, last = part.strip().partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
-            raise ValueError(f"not a CPU list: {text!r} (give e.g. 0,1 or 2-5)")
-        cpus.update(range(int(first), int(last or first) + 1))
+        match = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not match or int(match.group(2) or match.group(1)) < int(match.group(1)):
+            raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (give e.g. 0,1 or 2-5)")
+        cpus.update(range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1))
     unknown = cpus - os.sched_getaffinity(0)
     if unknown:
-        raise ValueError(f"CPUs {sorted(unknown)} of {text!r} are not available to this process "
-                         f"(it may use {sorted(os.sched_getaffinity(0))})")
+        raise argparse.ArgumentTypeError(
+            f"CPUs {sorted(unknown)} of {text!r} are not available to this process (it may "
+            f"use {sorted(os.sched_getaffinity(0))})")
     return cpus
+
+
+def pin_process(cpus: Set[int], pid: Optional[int] = None) -> None:
+    """Every thread of process ``pid`` (this one by default) on ``cpus``; processes it starts
+    later inherit it (``sched_setaffinity`` alone sets one thread's)."""
+    pid = pid or os.getpid()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
 
 
 def endpoint_env(url: str) -> Dict[str, str]:
@@ -66,8 +81,9 @@ class LocalS3:
         self._server = subprocess.Popen(
             ([] if cpus else ["nice", "-n", "19"]) +
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if cpus:  # at once: its threads, started later, inherit it
+            pin_process(cpus, self._server.pid)
         deadline = time.monotonic() + 60
         while True:
             try:

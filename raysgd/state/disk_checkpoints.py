@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from raysgd.errors import CheckpointError, ConfigError, first_line
+from raysgd.errors import CheckpointError, ConfigError, StagedCheckpointSuperseded, first_line
 from raysgd.state.checkpoint_dir import CheckpointDirectory
 from raysgd.state.commit import Commit
 from raysgd.state.dirblob import DirBlob
@@ -234,6 +234,11 @@ class DiskCheckpointer:
                 with self._cond:
                     if self._queue.wrote(kind, job):
                         logger.warning("raysgd: %s takes checkpoints again", self.directory.path)
+            except StagedCheckpointSuperseded as exc:  # fetched mid-restage: again, at once
+                logger.debug("raysgd: %s", exc)
+                with self._cond:
+                    if kind not in self._queue.pending:  # (a newer commit of its kind wins)
+                        self._queue.submit(kind, job.commit, job.score, 0.0)
             except OSError as exc:  # the storage failed: tried again, training goes on
                 self._retry(kind, job, exc)
             except Exception as exc:  # noqa: BLE001 - the disk must never stop training

@@ -139,11 +139,18 @@ class _WorkerActor:
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
     # thread of their own, as they may wait for the shards' write to finish.
     @ray.method(concurrency_group="staging")
-    def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
+    def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
+        return self.execute_fn(self._staging_runner().staged_files, step, by_path, with_version)
+
+    @ray.method(concurrency_group="staging")
+    def staged_version(self, step: int) -> Optional[int]:
+        return self.execute_fn(self._staging_runner().staged_version, step)
+
+    def _staging_runner(self) -> Any:
         runner = self.runner  # release() may clear it meanwhile
         if runner is None:
             raise RuntimeError(f"rank {self.rank} has no runner, so no staged checkpoint")
-        return self.execute_fn(runner.staged_files, step, by_path)
+        return runner
 
 
 # Two commit threads: a request from a new call can enter while one left over

@@ -309,8 +309,11 @@ class WorkerRunner:
         """Stage a sharded checkpoint of this step off schedule (the driver's node drains)."""
         self._stage(self._commit_state(), call_end=True, keep_existing=True)
 
-    def staged_files(self, step: int, by_path: bool = False) -> Dict[str, Any]:
-        return self._staging.staged_files(step, by_path)  # for the checkpoint of ``step``
+    def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
+        return self._staging.staged_files(step, by_path, with_version)  # for the checkpoint of ``step``
+
+    def staged_version(self, step: int) -> Optional[int]:
+        return self._staging.staged_version(step)
 
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
                 *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:

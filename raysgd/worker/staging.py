@@ -4,7 +4,7 @@ Under a sharding strategy with ``checkpoint_dir``, no rank holds the whole state
 ranks write the checkpoint themselves: at each commit the driver's disk rule picks
 (``raysgd.state.disk_schedule.DiskSchedule``, the driver's own), every rank saves its
 shards with DCP (a collective) and its own small part into a local directory, and the
-driver's disk writer fetches the files (``staged_files``, from the actor's ``copies``
+driver's disk writer fetches the files (``staged_files``, from the actor's ``staging``
 thread) into ``checkpoint_dir``. The newest ``KEEP`` steps stay staged; the driver takes a
 step soon after its commit.
 
@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from typing import IO, Any, Callable, Dict, Optional, Set
 
 from raysgd.errors import CheckpointError
@@ -29,6 +30,7 @@ from raysgd.state.disk_schedule import DiskSchedule
 from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
 
 KEEP = 3
+READ_WAIT_S = 240.0  # a reader waits this long for a step being staged (driver's fetch: 300 s)
 CLOSE_WAIT_S = 2.0  # a write still running at close (a peer died mid-write) is abandoned
 PREFIX = "raysgd-staged-"
 OWNER = ".owner"  # locked (flock) by the owning process for as long as it lives
@@ -58,10 +60,14 @@ class DiskStaging:
         remove_orphans(tempfile.gettempdir())
         self.root = tempfile.mkdtemp(prefix=PREFIX)
         self._owner = _own(self.root)
-        # The training thread stages, the copies thread reads: under this condition.
+        # The training thread stages, the actor's staging thread reads: under this condition
+        # (``_writes`` changes on the training thread only, so it may read it without).
         self._cond = threading.Condition()
         self._writes: Dict[int, Any] = {}  # staged step -> its write (wait() once complete)
+        self._versions: Dict[int, int] = {}  # staged step -> which stage of this rank it is
+        self._staged = 0  # stages so far
         self._in_progress: Set[int] = set()  # steps being staged (maybe again) right now
+        self._closed = False
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
               save_shards: Callable[[str], Any], keep_existing: bool = False) -> None:
@@ -72,10 +78,11 @@ class DiskStaging:
         (the commit's content) gives the rest."""
         if not self.schedule.due(step, call_end) or (keep_existing and step in self._writes):
             return  # (every rank stages the same steps, so all skip alike)
-        with self._cond:
-            earlier = self._writes.pop(step, None)  # the same step again: a state change
-            self._in_progress.add(step)  # a reader of the step waits for its new files
         try:
+            with self._cond:
+                earlier = self._writes.pop(step, None)  # the same step again: a state change
+                self._versions.pop(step, None)
+                self._in_progress.add(step)  # a reader of the step waits for its new files
             if earlier is not None:
                 _wait(earlier)
             self._write_step(step, state, save_shards)
@@ -100,34 +107,61 @@ class DiskStaging:
                                    checkpoint_io.to_bytes(part), sync=False)  # see dcp_io
         with self._cond:
             self._writes[step] = write
+            self._staged += 1
+            self._versions[step] = self._staged
             for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
                 self._writes.pop(old)
+                self._versions.pop(old, None)
                 shutil.rmtree(self._path(old), ignore_errors=True)
 
-    def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
-        """The files of ``step`` (their paths with ``by_path``: a reader on this node).
+    def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
+        """The files of ``step`` (their paths with ``by_path``: a reader on this node); with
+        ``with_version``, ``(version, files)``: which stage of this rank they are (see
+        :meth:`staged_version`).
 
-        A step staged again meanwhile (a state change between calls, such as
-        ``apply_all_operators``, commits the same step anew) is served in its new version:
-        it holds everything the old one did."""
+        A step being staged again (a state change between calls, such as
+        ``apply_all_operators``, commits the same step anew) is waited for and served in its
+        new version; so is a version replaced while its write was awaited."""
+        deadline = time.monotonic() + READ_WAIT_S
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: step not in self._in_progress)
-                write = self._writes.get(step)
+                if not self._cond.wait_for(
+                        lambda: step not in self._in_progress or self._closed,
+                        max(0.0, deadline - time.monotonic())):
+                    raise CheckpointError(f"rank {self.rank} has been staging step {step} for "
+                                          f"over {READ_WAIT_S:.0f} s; its checkpoint is skipped")
+                write, version = self._writes.get(step), self._versions.get(step)
                 if write is None:
                     raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
                                           f"{step} (it keeps steps {sorted(self._writes)})")
-            _wait(write)  # the shards' write may still run: here, on the copies thread
+            try:
+                _wait(write)  # the shards' write may still run: here, on the staging thread
+            except Exception:
+                if self.staged_version(step) == version:
+                    raise  # this version's write failed, and no newer one replaces it
+                continue
             with self._cond:
                 if step in self._in_progress or self._writes.get(step) is not write:
                     continue  # replaced while this waited: serve the new version
                 if by_path:  # hard links: valid however this rank rotates or replaces the step
-                    return pin_files(self._path(step), self.root)
-                return pack_dir(self._path(step))
+                    files = pin_files(self._path(step), self.root)
+                else:
+                    files = pack_dir(self._path(step))
+                return (version, files) if with_version else files
+
+    def staged_version(self, step: int) -> Optional[int]:
+        """Which of this rank's stages ``step``'s files are now (None while it is staged
+        again, or gone). The driver asks each rank again once it has every rank's files: a
+        version changed since its fetch means the step was staged anew meanwhile, so the
+        ranks' files may not all be of one commit."""
+        with self._cond:
+            return None if step in self._in_progress else self._versions.get(step)
 
     def close(self) -> None:
         with self._cond:
             writes, self._writes = list(self._writes.values()), {}
+            self._closed = True
+            self._cond.notify_all()
         for write in writes:
             with contextlib.suppress(Exception):
                 _wait(write, CLOSE_WAIT_S)
