@@ -4,10 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
 import torch
+import torch.distributed as dist
 
 from bench import RESULT_MARKER, T0_ENV
 from bench.workloads import MODES, NAMES, Workload
@@ -74,3 +76,14 @@ class Figures:
 def emit(figures: Dict[str, Any]) -> None:
     """Print the one result line the parent parses."""
     print(RESULT_MARKER + json.dumps(figures), flush=True)
+
+
+def leave_process_group() -> None:
+    """End a torchrun rank once its figures are out: wait for every rank, then exit without
+    gloo's teardown. ``destroy_process_group`` can abort a rank whose peer has already gone
+    ("terminate called without an active exception", SIGABRT: seen once in the suite, on
+    2026-11-27, which failed a run whose figures were already printed)."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench.child import emit
+from bench.child import emit, leave_process_group
 from bench.fsdp.model import SIZES, Block, reset_peak, status_bytes
 
 
@@ -73,7 +73,7 @@ def main() -> None:
         emit({"strategy": "torchrun-fsdp2", "workers": world, "steady_samples_per_s": steady,
               "peak_growth_mib": peaks,
               "gpu_peak_mib": [torch.cuda.max_memory_allocated() / 2**20] if args.gpu else None})
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from bench.child import Figures, emit, parse_args, set_threads
+from bench.child import Figures, emit, leave_process_group, parse_args, set_threads
 from bench.loop import run_epochs
 from bench.workloads import get_workload
 
@@ -20,10 +20,9 @@ def main() -> None:
     loader = DataLoader(dataset, batch_size=workload.batch_size // world,
                         sampler=DistributedSampler(dataset, shuffle=True))
     run_epochs(model, workload.optimizer(model), workload.criterion(), loader, figures)
-    rank = dist.get_rank()
-    dist.destroy_process_group()
-    if rank == 0:
+    if dist.get_rank() == 0:
         emit(figures.as_dict())
+    leave_process_group()
 
 
 if __name__ == "__main__":
