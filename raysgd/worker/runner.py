@@ -310,7 +310,8 @@ class WorkerRunner:
         self._stage(self._commit_state(), call_end=True, keep_existing=True)
 
     def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
-        return self._staging.staged_files(step, by_path, with_version)  # for the checkpoint of ``step``
+        """This rank's files for the checkpoint of ``step`` (``raysgd.worker.staging``)."""
+        return self._staging.staged_files(step, by_path, with_version)
 
     def staged_version(self, step: int) -> Optional[int]:
         return self._staging.staged_version(step)
