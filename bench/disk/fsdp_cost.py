@@ -30,6 +30,7 @@ from raysgd.utils import BATCH_SIZE
 from bench.disk.cost import KINDS
 from bench.fsdp.bench_operator import FSDPBenchOperator
 from bench.fsdp.model import Block
+from bench.procmem import cpu_seconds
 
 EVERY = 20  # steps between checkpoints
 
@@ -43,16 +44,6 @@ def _trainer(mode: str, async_checkpoints: Optional[bool] = None, **kwargs) -> T
     return TorchTrainer(FSDPBenchOperator, num_workers=2, use_gpu=False, config=config,
                         strategy=FSDP(units=Block, async_checkpoints=async_checkpoints),
                         checkpoint_every_n_steps=EVERY, spare_workers=0, loggers=[], **kwargs)
-
-
-def cpu_seconds(pids) -> float:
-    """User + system CPU time of these processes (all their threads) so far."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def set_staging(on: bool) -> None:

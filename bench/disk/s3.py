@@ -24,6 +24,8 @@ import time
 import uuid
 from typing import Dict, Optional, Set
 
+from bench.procmem import cpu_seconds
+
 # What pyarrow (and boto) need to talk to a local endpoint: any keys, a region, and no
 # probing of EC2's metadata service for credentials.
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -106,9 +108,7 @@ class LocalS3:
 
     def cpu_seconds(self) -> float:
         """The endpoint process's CPU time so far (user + system)."""
-        with open(f"/proc/{self._server.pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds([self._server.pid])
 
     def stop(self) -> None:
         self._server.kill()

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Optional, Set
+from typing import IO, Any, Callable, Dict, Optional, Set, Tuple
 
 from raysgd.errors import CheckpointError
 from raysgd.state import checkpoint as checkpoint_io
@@ -63,8 +63,8 @@ class DiskStaging:
         # The training thread stages, the actor's staging thread reads: under this condition
         # (``_writes`` changes on the training thread only, so it may read it without).
         self._cond = threading.Condition()
-        self._writes: Dict[int, Any] = {}  # staged step -> its write (wait() once complete)
-        self._versions: Dict[int, int] = {}  # staged step -> which stage of this rank it is
+        # staged step -> (its write: wait() once complete, which stage of this rank it is)
+        self._writes: Dict[int, Tuple[Any, int]] = {}
         self._staged = 0  # stages so far
         self._in_progress: Set[int] = set()  # steps being staged (maybe again) right now
         self._closed = False
@@ -80,8 +80,8 @@ class DiskStaging:
             return  # (every rank stages the same steps, so all skip alike)
         try:
             with self._cond:
-                earlier = self._writes.pop(step, None)  # the same step again: a state change
-                self._versions.pop(step, None)
+                # the same step again (a state change): the old write is awaited, then replaced
+                earlier = self._writes.pop(step, (None, 0))[0]
                 self._in_progress.add(step)  # a reader of the step waits for its new files
             if earlier is not None:
                 _wait(earlier)
@@ -106,12 +106,10 @@ class DiskStaging:
         checkpoint_io.write_atomic(os.path.join(path, RANK_FILE.format(rank=self.rank)),
                                    checkpoint_io.to_bytes(part), sync=False)  # see dcp_io
         with self._cond:
-            self._writes[step] = write
             self._staged += 1
-            self._versions[step] = self._staged
+            self._writes[step] = (write, self._staged)
             for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
                 self._writes.pop(old)
-                self._versions.pop(old, None)
                 shutil.rmtree(self._path(old), ignore_errors=True)
 
     def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
@@ -130,7 +128,7 @@ class DiskStaging:
                         max(0.0, deadline - time.monotonic())):
                     raise CheckpointError(f"rank {self.rank} has been staging step {step} for "
                                           f"over {READ_WAIT_S:.0f} s; its checkpoint is skipped")
-                write, version = self._writes.get(step), self._versions.get(step)
+                write, version = self._writes.get(step, (None, None))
                 if write is None:
                     raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
                                           f"{step} (it keeps steps {sorted(self._writes)})")
@@ -141,7 +139,7 @@ class DiskStaging:
                     raise  # this version's write failed, and no newer one replaces it
                 continue
             with self._cond:
-                if step in self._in_progress or self._writes.get(step) is not write:
+                if step in self._in_progress or self._writes.get(step, (None,))[0] is not write:
                     continue  # replaced while this waited: serve the new version
                 if by_path:  # hard links: valid however this rank rotates or replaces the step
                     files = pin_files(self._path(step), self.root)
@@ -155,11 +153,11 @@ class DiskStaging:
         version changed since its fetch means the step was staged anew meanwhile, so the
         ranks' files may not all be of one commit."""
         with self._cond:
-            return None if step in self._in_progress else self._versions.get(step)
+            return None if step in self._in_progress else self._writes.get(step, (None, None))[1]
 
     def close(self) -> None:
         with self._cond:
-            writes, self._writes = list(self._writes.values()), {}
+            writes, self._writes = [write for write, _ in self._writes.values()], {}
             self._closed = True
             self._cond.notify_all()
         for write in writes:
