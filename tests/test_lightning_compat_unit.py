@@ -267,7 +267,9 @@ def test_epoch_end_hooks_run_once_per_call_with_outputs_and_what_they_return():
     assert EpochEnds.seen == [("train", 4, 1.0)]  # 32 samples, batches of 8
     module = runner.operator.get_model()
     module.returns = {"val_total": torch.tensor(32.0), "note": "text"}
-    assert runner.validate()["val_total"] == 32.0  # its one-number entries, as 1.12 read them
+    validated = runner.validate()
+    assert validated["val_total"] == 32.0  # its one-number entries, as 1.12 read them
+    assert type(validated["val_total"]) is float
     assert EpochEnds.seen[-1] == ("val", [16, 16])
     module.returns = torch.tensor(0.5)
     assert runner.validate()["val_loss"] == 0.5

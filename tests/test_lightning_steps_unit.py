@@ -2,12 +2,15 @@
 their schedulers, logging, train/eval modes, precision, checkpoints and the settings checks."""
 import copy
 import io
+import os
+import sys
 import warnings
 
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader, TensorDataset
 
 pl = pytest.importorskip("pytorch_lightning",
@@ -400,3 +403,93 @@ def test_extra_backward_arguments_need_an_unscaled_precision():
     runner = run(TrainingOperator.from_ptl(RetainGraph), use_fp16="fp16")
     with pytest.raises(ConfigError, match="extra backward arguments"):
         runner.train_epoch(num_steps=1)
+
+
+class RaysgdReads(TorchDispatchMode):
+    """Counts the tensor reads (``.item()``, ``float(t)``) that raysgd's own code makes.
+
+    A read is raysgd's when the frame that asked for it (past torch's tensor methods) is in
+    ``raysgd/``: the DataLoader's own seed draw is torch's. The progress report is left
+    out: it reads a CPU loss at once because that costs nothing, and a GPU one at most
+    once a second. On a GPU each read waits for the GPU.
+    """
+
+    # The frames between the reader and this mode: torch's tensor methods and dispatch.
+    PASSED = tuple(os.path.join("torch", *name.split("/")) for name in (
+        "_tensor.py", "overrides.py", "utils/_python_dispatch.py", "_compile.py",
+        "_dynamo/eval_frame.py"))
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.endswith(self.PASSED):
+                frame = frame.f_back
+            where = frame.f_code.co_filename if frame is not None else ""
+            if f"{os.sep}raysgd{os.sep}" in where and not where.endswith("progress.py"):
+                self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class Logging(pl.LightningModule):
+    """Logs tensors from every step hook and returns tensor extras, in either optimization."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.automatic_optimization = config.get("automatic", True)
+        self.net = nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("mse", loss, on_epoch=True)
+        self.log_dict({"first": loss * 2, "weighted": loss.abs()}, batch_size=4)
+        if not self.automatic_optimization:
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        return {"loss": loss, "extra": loss.detach() + 1}
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.log("after", outputs["loss"].detach())
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_mse", F.mse_loss(self(x), y))
+        return {"val_extra": torch.ones(())}
+
+    def forward(self, x):
+        return self.net(x)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def train_dataloader(self):
+        return DataLoader(data(128), batch_size=8)
+
+    def val_dataloader(self):
+        return DataLoader(data(128), batch_size=8)
+
+
+@pytest.mark.parametrize("automatic", [True, False])
+def test_no_step_reads_a_logged_value_or_the_loss(automatic):
+    """What raysgd reads per call is the same for 2 batches as for 12 (one read per metric at
+    the summary): nothing is read per step, so on a GPU no step waits for it."""
+    runner = run(TrainingOperator.from_ptl(Logging), {"automatic": automatic})
+    counts = {}
+    for steps in (2, 12):
+        with RaysgdReads() as reads:
+            result = runner.train_epoch(num_steps=steps)
+            validated = runner.validate(num_steps=steps)
+        counts[steps] = reads.count
+        assert type(result["train_loss"]) is float and type(result["mse_epoch"]) is float
+        assert type(validated["val_mse"]) is float and validated["val_extra"] == 1.0
+        assert not [key for key, value in {**result, **validated}.items()
+                    if isinstance(value, torch.Tensor)]  # results hold numbers
+    assert counts[2] == counts[12] > 0
+    callback = runner.operator.callback_metrics
+    assert isinstance(callback["mse_step"], torch.Tensor) and callback["mse_step"].ndim == 0

@@ -203,6 +203,40 @@ def test_logged_values_are_averaged_per_batch_and_checked():
         logs.log("total", 1.0, reduce_fx="sum")
 
 
+def test_a_logged_tensor_is_kept_unread_until_the_summary():
+    """Reading a CUDA tensor waits for the GPU: a batch's logged tensors are summed where they
+    live. A meta tensor cannot be read at all, so this passing shows nothing read them."""
+    logs, meters = LogCollector(lambda: True), LoggedMeters()
+    logs.begin_epoch()
+    logs.begin_batch()
+    logs.log("loss", torch.tensor(2.0, device="meta"))
+    logs.log("twice", torch.tensor(1.0, device="meta"))
+    logs.log("twice", torch.tensor([3], device="meta"))  # an int, one element: float32, 0-d
+    logged = logs.end_batch()
+    assert {name: (v.device.type, v.dtype, v.ndim) for name, v in logged.values.items()} == {
+        "loss": ("meta", torch.float32, 0), "twice": ("meta", torch.float64, 0)}
+    meters.add_logged(logged, num_samples=4)  # no read either
+    with pytest.raises(RuntimeError, match="meta"):  # the summary is where it is read
+        meters.summary()
+
+
+def test_a_logged_tensor_changed_in_place_afterwards_keeps_its_logged_value():
+    logs, meters, total = LogCollector(lambda: True), LoggedMeters(), torch.zeros(())
+    logs.begin_epoch()
+    for value in (1.0, 2.0):
+        logs.begin_batch()
+        total += value  # a running sum the module updates in place
+        logs.log("total", total)
+        logs.log("half", total / 2)
+        meters.add_logged(logs.end_batch(), num_samples=1)
+    summary = meters.summary()
+    assert (summary["total"], summary["last_total"], summary["half"]) == (2.0, 3.0, 1.0)
+    assert isinstance(summary["total"], float)
+    logs.log("in_epoch_hook", torch.tensor(5.0))
+    returned = logs.end_epoch()  # the call's results: numbers
+    assert returned == {"in_epoch_hook": 5.0} and type(returned["in_epoch_hook"]) is float
+
+
 def test_a_logged_torchmetrics_metric_is_computed_at_the_end_of_the_call():
     torchmetrics = pytest.importorskip("torchmetrics")
     metric = torchmetrics.MeanMetric()

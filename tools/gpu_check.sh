@@ -6,9 +6,10 @@
 # carried dependencies. Steps, each under its own time limit so a hang costs only its step:
 #   tests     the GPU tests (tests/test_gpu.py);
 #   copy      a commit's copy to host memory, pageable against pinned (bench.gpu.commit_copy);
-#   profile   raysgd's fp16 step and the loop's under torch.profiler (what the CPU waits for);
+#   profile   raysgd's fp16 step (its own train_batch, and a LightningModule's) and the loop's
+#             under torch.profiler (what the CPU waits for);
 #   bench_gpu ResNet-50 fp16/bf16 against a hand-written torch.amp loop (make bench-gpu's),
-#             and raysgd without in-epoch commits (a diagnosis);
+#             a LightningModule in fp16, and raysgd without in-epoch commits (a diagnosis);
 #   recovery  a GPU rank killed, with a warm spare and without one;
 #   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun;
 #   disk_ddp  issue 36's checkpoint costs on CPU (bench.disk, DDP: local disk and S3) with
@@ -58,8 +59,8 @@ print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {tor
 PY
 
 # GPU_STEPS="tests bench_gpu" runs only those steps (default: all, in this order). Seen on an
-# H200 (2026-11-27): tests over 130 s, bench_gpu 200 s for 8 runs of 100 steps, recovery over
-# 110 s for its three kills, fsdp_gpu 70 s; not yet run: copy and profile (under a minute each,
+# H200 (2026-11-27): tests over 130 s, bench_gpu 200 s for 8 runs of 100 steps (it has 10 now),
+# recovery over 110 s for its three kills, fsdp_gpu 70 s; not yet run: copy and profile (under a minute each,
 # expected). A machine's start cost 30 s of the session's 15 device minutes. All steps together
 # outlast one device call (10 minutes): split them over two, e.g. GPU_STEPS="tests copy profile"
 # then GPU_STEPS="bench_gpu recovery fsdp_gpu" while the machine is still warm. The disk steps
@@ -71,12 +72,13 @@ want tests && step tests "${GPU_TESTS_S:-240}" $PY -m pytest -v -rs -p no:cachep
   --durations=0 --timeout 150 tests/test_gpu.py
 want copy && step copy "${GPU_COPY_S:-90}" bash -c \
   "$PY -m bench.gpu.commit_copy --state resnet50 && $PY -m bench.gpu.commit_copy --state mlp"
-want profile && step profile "${GPU_PROFILE_S:-120}" bash -c "for v in raysgd_amp loop_amp; do \
-  $PY -m bench.gpu.\$v --precision fp16 --warmup 10 --steps 30 --profile-steps 20 || exit; done"
-want bench_gpu && step bench_gpu "${GPU_BENCH_S:-320}" $PY -m bench.gpu \
+want profile && step profile "${GPU_PROFILE_S:-150}" bash -c "for v in raysgd_amp \
+  raysgd_lightning loop_amp; do $PY -m bench.gpu.\$v --precision fp16 --warmup 10 --steps 30 \
+  --profile-steps 20 || exit; done"
+want bench_gpu && step bench_gpu "${GPU_BENCH_S:-380}" $PY -m bench.gpu \
   --repeats "${GPU_REPEATS:-2}" --steps "${GPU_BENCH_STEPS:-100}" --out "$OUT/gpu.json" \
-  --variants ${GPU_VARIANTS:-raysgd_fp16 loop_fp16 raysgd_bf16 loop_bf16 raysgd_fp16_no_commits \
-  raysgd_bf16_no_commits}
+  --variants ${GPU_VARIANTS:-raysgd_fp16 raysgd_lightning_fp16 loop_fp16 raysgd_bf16 loop_bf16 \
+  raysgd_fp16_no_commits raysgd_bf16_no_commits}
 want recovery && step recovery "${GPU_RECOVERY_S:-180}" $PY -m bench.fsdp --gpu \
   --out "$OUT/recovery_gpu.json" \
   --only kill_ddp_gpu_spare1_warm kill_ddp_gpu_spare0 kill_fsdp_gpu_spare1_warm

@@ -6,6 +6,8 @@ runs, each as its own subprocess with repetitions in rotating order:
 * ``raysgd_<precision>``: raysgd ``TorchTrainer(num_workers=1, use_local=True,
   use_fp16=...)`` with the default ``train_batch`` (raysgd's precision object
   does the autocast and loss scaling);
+* ``raysgd_lightning_<precision>``: the same trainer with a LightningModule
+  (``TrainingOperator.from_ptl``) that logs its loss each step;
 * ``loop_<precision>``: a hand-written loop in one process with
   ``torch.autocast`` (+ ``torch.amp.GradScaler`` for fp16).
 

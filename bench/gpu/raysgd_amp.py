@@ -19,10 +19,15 @@ def loss_scale(trainer: TorchTrainer):
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    run(__doc__, PoolOperator)
+
+
+def run(description: str, operator_cls: type) -> None:
+    """One raysgd variant run: warm-up, timed steps (and profiled ones when asked), figures."""
+    args = parse_args(description)
     workload, device = setup(args)
     use_fp16 = RAYSGD_USE_FP16[args.precision]
-    trainer = TorchTrainer(training_operator_cls=PoolOperator, num_workers=1,
+    trainer = TorchTrainer(training_operator_cls=operator_cls, num_workers=1,
                            use_gpu=device.type == "cuda", use_local=True, use_fp16=use_fp16,
                            num_cpus_per_worker=args.threads, config={"mode": args.mode},
                            **({"checkpoint_every_n_steps": None} if args.no_commits else {}))

@@ -42,13 +42,20 @@ def is_metric_object(value: Any) -> bool:
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
-def to_float(name: str, value: Any) -> float:
-    """One logged value as a float; Lightning's rules for what may be logged."""
+def to_value(name: str, value: Any) -> Any:
+    """One logged value, checked by Lightning's rules for what may be logged: a number as a
+    float, a tensor as a detached 0-d float32 copy on its device.
+
+    A tensor is not read here: reading a CUDA tensor makes the CPU wait for the GPU, and a
+    step that logs would then wait every batch. The meters sum it where it lives and read it
+    once, at the call's summary (:class:`raysgd.worker.metrics.AverageMeter`). It is a copy
+    because the module may change its tensor in place after logging it.
+    """
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"self.log({name!r}, ...) got a tensor of shape "
                              f"{tuple(value.shape)}; log one number, e.g. value.mean().")
-        return float(value.detach().float().item())
+        return value.detach().reshape(()).to(torch.float32, copy=True)
     if isinstance(value, numbers.Number):
         return float(value)
     if isinstance(value, Mapping):
@@ -58,15 +65,20 @@ def to_float(name: str, value: Any) -> float:
                      f"torchmetrics Metric, got {type(value).__name__}.")
 
 
+def to_float(name: str, value: Any) -> float:
+    """One logged value read as a float (once per call, e.g. a Metric's ``compute()``)."""
+    return float(to_value(name, value))
+
+
 class Logged(NamedTuple):
     """One batch's logged values, the ``batch_size=`` each was logged with (if any), and the
     names Lightning forks into ``<name>_step`` / ``<name>_epoch``."""
 
-    values: Dict[str, float]
+    values: Dict[str, Any]  # floats and 0-d tensors (see to_value)
     batch_sizes: Dict[str, int]
     forked: FrozenSet[str] = frozenset()
 
-    def step_values(self) -> Dict[str, float]:
+    def step_values(self) -> Dict[str, Any]:
         """The batch's values plus ``<name>_step`` for the forked ones (callback_metrics)."""
         return {**self.values, **{f"{name}_step": self.values[name] for name in self.forked
                                   if name in self.values}}
@@ -116,18 +128,24 @@ class _Scope:
     """The values logged in one batch, or in one call's epoch hooks."""
 
     def __init__(self):
-        self.sums: Dict[str, float] = {}
+        self.sums: Dict[str, Any] = {}
         self.counts: Dict[str, int] = {}
         self.batch_sizes: Dict[str, int] = {}
         self.forked: set = set()
 
-    def add(self, name: str, value: float) -> None:
-        # Logged twice in one batch (e.g. once per micro-batch): the mean of both.
-        self.sums[name] = self.sums.get(name, 0.0) + value
+    def add(self, name: str, value: Any) -> None:
+        # Logged twice in one batch (e.g. once per micro-batch): the mean of both, summed in
+        # double as a float would be.
+        self.sums[name] = value if name not in self.sums else _wide(self.sums[name]) + _wide(value)
         self.counts[name] = self.counts.get(name, 0) + 1
 
-    def means(self) -> Dict[str, float]:
-        return {name: total / self.counts[name] for name, total in self.sums.items()}
+    def means(self) -> Dict[str, Any]:
+        return {name: total if self.counts[name] == 1 else total / self.counts[name]
+                for name, total in self.sums.items()}
+
+
+def _wide(value: Any) -> Any:
+    return value.double() if isinstance(value, torch.Tensor) else value
 
 
 class LogCollector:
@@ -151,7 +169,9 @@ class LogCollector:
 
     def end_epoch(self) -> Dict[str, float]:
         """Values logged in epoch hooks, and every logged Metric computed (then reset)."""
-        values = self._epoch.means() if self._epoch is not None else {}
+        # Read now (once per call): the call's results hold numbers.
+        values = {name: float(value) for name, value in
+                  (self._epoch.means() if self._epoch is not None else {}).items()}
         for name, metric in self._metric_objects.items():
             value = to_float(name, metric.compute())  # on every rank: compute() syncs
             metric.reset()
@@ -211,7 +231,7 @@ class LogCollector:
             scope.forked.add(name)
         if batch_size is not None and scope is self._batch:
             scope.batch_sizes[name] = int(batch_size)
-        scope.add(name, to_float(name, value))
+        scope.add(name, to_value(name, value))
 
     def _forks(self, on_step: Optional[bool], on_epoch: Optional[bool]) -> bool:
         """Whether Lightning logs a step value as ``<name>_step`` and ``<name>_epoch``: both on,

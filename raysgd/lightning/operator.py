@@ -27,7 +27,7 @@ from raysgd.lightning.session import ModuleSession
 from raysgd.lightning.source import ModuleSource
 from raysgd.lightning.wrapped_optimizer import OperatorOptimizer
 from raysgd.operator import TrainingOperator
-from raysgd.worker.metrics import BATCH_COUNT, NUM_SAMPLES, is_number
+from raysgd.worker.metrics import BATCH_COUNT, NUM_SAMPLES, is_number, is_scalar_tensor
 
 
 class LightningOperator(TrainingOperator):
@@ -339,9 +339,12 @@ class LightningOperator(TrainingOperator):
 
     def _note_callback_metrics(self, values: dict) -> None:
         # Lightning's trainer.callback_metrics: the latest value of every metric, as tensors.
-        self.callback_metrics.update({key: torch.tensor(float(value))
+        # A step's 0-d tensors are kept unread (on their device, as Lightning keeps them).
+        self.callback_metrics.update({key: value if is_scalar_tensor(value)
+                                      else torch.tensor(float(value))
                                       for key, value in values.items()
-                                      if is_number(value) and not key.startswith("last_")
+                                      if (is_number(value) or is_scalar_tensor(value))
+                                      and not key.startswith("last_")
                                       and key not in (NUM_SAMPLES, BATCH_COUNT)})
 
 

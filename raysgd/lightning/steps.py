@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 from raysgd.errors import ConfigError
-from raysgd.lightning.logs import to_float
+from raysgd.lightning.logs import to_value
 from raysgd.worker.metrics import NUM_SAMPLES
 from raysgd.worker.returns import training_step
 
@@ -46,16 +46,19 @@ def split_output(output: Any, hook: str, automatic: bool = False,
     return training_step(output, owner, automatic, hook)
 
 
-def scalars(entries: Mapping[str, Any]) -> Dict[str, float]:
-    """The entries that are one number (a number or a one-element tensor), as floats."""
+def scalars(entries: Mapping[str, Any]) -> Dict[str, Any]:
+    """The entries that are one number (a number or a one-element tensor): floats, and 0-d
+    tensors left unread (:func:`~raysgd.lightning.logs.to_value`)."""
     out = {}
     for key, value in entries.items():
         one = (isinstance(value, numbers.Number) and not isinstance(value, bool)) or (
             isinstance(value, torch.Tensor) and value.numel() == 1)
         if one:
-            value = to_float(str(key), value)
-            # num_samples weighs the batch; keep it a count.
-            out[str(key)] = int(value) if key == NUM_SAMPLES and value.is_integer() else value
+            value = to_value(str(key), value)
+            if key == NUM_SAMPLES:  # it weighs the batch, so it is read now, and kept a count
+                value = float(value)
+                value = int(value) if value.is_integer() else value
+            out[str(key)] = value
     return out
 
 
@@ -111,7 +114,9 @@ def automatic_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
                           "training_step and the backward pass, so it must be called.")
     if ran.get("skipped"):
         return {NUM_SAMPLES: batch_size_of(batch) or 1}, None
-    metrics = {"train_loss": float(ran["total"]), NUM_SAMPLES: ran["samples"],
+    # The loss stays a 0-d tensor, as TrainingOperator.train_batch leaves it: read every
+    # step, it would make the CPU wait for the GPU.
+    metrics = {"train_loss": ran["total"], NUM_SAMPLES: ran["samples"],
                **scalars(ran["extras"])}
     outputs = {**ran["extras"], "loss": ran["total"]}
     return metrics, outputs
@@ -130,7 +135,7 @@ def manual_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
     loss, extras = split_output(output, "training_step", False, module)
     metrics = scalars(extras)
     if loss is not None:
-        metrics["train_loss"] = to_float("loss", loss)
+        metrics["train_loss"] = to_value("loss", loss)
     metrics.setdefault(NUM_SAMPLES, batch_size_of(batch) or 1)
     return metrics, output
 

@@ -160,7 +160,7 @@ class EpochOutputs:
         if isinstance(returned, torch.Tensor) and returned.numel() == 1:
             return {"train_loss" if phase == "train" else "val_loss": float(returned.item())}
         if isinstance(returned, Mapping):
-            return scalars(returned)
+            return {key: float(value) for key, value in scalars(returned).items()}  # once a call
         raise ConfigError(f"{type(self.module).__name__}.{hook} returned "
                           f"{type(returned).__name__}; it must return None and log values with "
                           "self.log (Lightning 1.6+), or, as Ray 1.12 read it, a dict of metrics "
