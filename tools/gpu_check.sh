@@ -11,7 +11,8 @@
 #   bench_gpu ResNet-50 fp16/bf16 against a hand-written torch.amp loop (make bench-gpu's),
 #             a LightningModule in fp16, and raysgd without in-epoch commits (a diagnosis);
 #   recovery  a GPU rank killed, with a warm spare and without one;
-#   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun;
+#   fsdp_gpu  FSDP on NCCL in bf16 against a hand-written FSDP2 loop under torchrun, and the
+#             timed epochs in one train() call (one commit: a diagnosis of what commits cost);
 #   disk_ddp  issue 36's checkpoint costs on CPU (bench.disk, DDP: local disk and S3) with
 #             training kept on 2 cores and moto's S3 endpoint on 4 others, so the endpoint
 #             takes no CPU from training, as a remote one would not (no GPU used);
@@ -82,8 +83,9 @@ want bench_gpu && step bench_gpu "${GPU_BENCH_S:-380}" $PY -m bench.gpu \
 want recovery && step recovery "${GPU_RECOVERY_S:-180}" $PY -m bench.fsdp --gpu \
   --out "$OUT/recovery_gpu.json" \
   --only kill_ddp_gpu_spare1_warm kill_ddp_gpu_spare0 kill_fsdp_gpu_spare1_warm
-want fsdp_gpu && step fsdp_gpu "${GPU_FSDP_S:-90}" $PY -m bench.fsdp --gpu \
-  --repeats "${GPU_FSDP_REPEATS:-1}" --only raysgd_fsdp_gpu torchrun_fsdp_gpu \
+want fsdp_gpu && step fsdp_gpu "${GPU_FSDP_S:-120}" $PY -m bench.fsdp --gpu \
+  --repeats "${GPU_FSDP_REPEATS:-1}" --only raysgd_fsdp_gpu raysgd_fsdp_gpu_one_call \
+  torchrun_fsdp_gpu \
   --out "$OUT/fsdp_gpu.json"
 DISK=(--training-cpus 0,1 --endpoint-cpus 2-5)
 want disk_ddp && step disk_ddp "${GPU_DISK_DDP_S:-300}" $PY -m bench.disk "${DISK[@]}" --rounds 3 \

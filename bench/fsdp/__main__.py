@@ -49,8 +49,10 @@ def _short(result: Dict[str, Any]) -> str:
 def gpu_commands() -> Dict[str, List[str]]:
     """``--gpu``: one rank on the machine's GPU (NCCL, bf16), raysgd against torchrun."""
     py = sys.executable
-    return {"raysgd_fsdp_gpu": [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "fsdp",
-                                "--workers", "1", "--mode", "gpu", "--gpu"],
+    raysgd = [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "fsdp", "--workers", "1",
+              "--mode", "gpu", "--gpu"]
+    # one_call: the timed epochs in one train() call, so one commit (a diagnosis of theirs).
+    return {"raysgd_fsdp_gpu": raysgd, "raysgd_fsdp_gpu_one_call": raysgd + ["--one-call"],
             "torchrun_fsdp_gpu": [py, "-m", "torch.distributed.run", "--standalone",
                                   "--nproc_per_node=1", "-m", "bench.fsdp.torchrun_fsdp",
                                   "--mode", "gpu", "--gpu"]}
@@ -93,6 +95,8 @@ def once(mode: str, quick: bool) -> Dict[str, List[str]]:
             runs[f"kill_{strategy}_spare{spares}"] = [
                 py, "-m", "bench.recovery.raysgd_kill", "--strategy", strategy,
                 "--spare-workers", spares[0], *extra, *kill_mode]
+    runs["raysgd_fsdp_2w_one_call"] = [py, "-m", "bench.fsdp.raysgd_run", "--strategy", "fsdp",
+                                       "--mode", mode, "--one-call"]
     runs["raytrain_fsdp_2w"] = [py, "-m", "bench.fsdp.raytrain_fsdp", "--mode", mode]
     return runs
 
@@ -116,6 +120,10 @@ def ratios(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     out = {"fsdp/torchrun": div(speed("raysgd_fsdp_2w"), speed("torchrun_fsdp_2w")),
            "fsdp/torchrun (GPU, NCCL, bf16, 1 rank)":
                div(speed("raysgd_fsdp_gpu"), speed("torchrun_fsdp_gpu")),
+           "fsdp in one call/torchrun (GPU, diagnosis: commits)":
+               div(speed("raysgd_fsdp_gpu_one_call"), speed("torchrun_fsdp_gpu")),
+           "fsdp in one call/fsdp (diagnosis: commits)":
+               div(speed("raysgd_fsdp_2w_one_call"), speed("raysgd_fsdp_2w")),
            "fsdp/ddp (raysgd)": div(speed("raysgd_fsdp_2w"), speed("raysgd_ddp_2w")),
            "peak FSDP/DDP at 2 workers": div(peak("raysgd_fsdp_mem_2w"), peak("raysgd_ddp_mem_2w")),
            "peak FSDP/DDP at 4 workers": div(peak("raysgd_fsdp_mem_4w"), peak("raysgd_ddp_mem_4w")),
