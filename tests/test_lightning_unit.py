@@ -220,6 +220,18 @@ def test_a_logged_tensor_is_kept_unread_until_the_summary():
         meters.summary()
 
 
+def test_a_logged_tensor_subclass_is_read_at_once_as_before():
+    class Tagged(torch.Tensor):
+        pass
+
+    logs = LogCollector(lambda: True)
+    logs.begin_epoch()
+    logs.begin_batch()
+    logs.log("tagged", torch.tensor(2.5).as_subclass(Tagged))
+    values = logs.end_batch().values
+    assert values == {"tagged": 2.5} and type(values["tagged"]) is float
+
+
 def test_a_logged_tensor_changed_in_place_afterwards_keeps_its_logged_value():
     logs, meters, total = LogCollector(lambda: True), LoggedMeters(), torch.zeros(())
     logs.begin_epoch()
@@ -228,7 +240,9 @@ def test_a_logged_tensor_changed_in_place_afterwards_keeps_its_logged_value():
         total += value  # a running sum the module updates in place
         logs.log("total", total)
         logs.log("half", total / 2)
+        total += 10  # changed again before the batch ends
         meters.add_logged(logs.end_batch(), num_samples=1)
+        total -= 10
     summary = meters.summary()
     assert (summary["total"], summary["last_total"], summary["half"]) == (2.0, 3.0, 1.0)
     assert isinstance(summary["total"], float)

@@ -60,11 +60,12 @@ print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {tor
 PY
 
 # GPU_STEPS="tests bench_gpu" runs only those steps (default: all, in this order). Seen on an
-# H200 (2026-11-27): tests over 130 s, bench_gpu 200 s for 8 runs of 100 steps (it has 10 now),
-# recovery over 110 s for its three kills, fsdp_gpu 70 s; not yet run: copy and profile (under a minute each,
-# expected). A machine's start cost 30 s of the session's 15 device minutes. All steps together
-# outlast one device call (10 minutes): split them over two, e.g. GPU_STEPS="tests copy profile"
-# then GPU_STEPS="bench_gpu recovery fsdp_gpu" while the machine is still warm. The disk steps
+# H200 (2026-11-27): tests over 130 s, bench_gpu 200 s for 8 runs of 100 steps (12 runs now:
+# about 300 s expected), recovery over 110 s for its three kills, fsdp_gpu 70 s (one more run
+# now); not yet run: copy and profile (under a minute each, expected). A machine's start cost
+# 30 s of the session's 15 device minutes. All steps together outlast one device call (10
+# minutes): split them, while the machine is still warm, e.g. GPU_STEPS="tests copy profile",
+# then GPU_STEPS="bench_gpu recovery", then GPU_STEPS="fsdp_gpu". The disk steps
 # (issue 36, no GPU needed) take about 3 and 7 minutes on 2 cores (estimated from this 2-core VM;
 # not yet run on a lent machine): disk_ddp fits in a call beside GPU steps, disk_fsdp needs one
 # of its own (GPU_STEPS="disk_fsdp").
@@ -76,10 +77,10 @@ want copy && step copy "${GPU_COPY_S:-90}" bash -c \
 want profile && step profile "${GPU_PROFILE_S:-150}" bash -c "for v in raysgd_amp \
   raysgd_lightning loop_amp; do $PY -m bench.gpu.\$v --precision fp16 --warmup 10 --steps 30 \
   --profile-steps 20 || exit; done"
-want bench_gpu && step bench_gpu "${GPU_BENCH_S:-380}" $PY -m bench.gpu \
+want bench_gpu && step bench_gpu "${GPU_BENCH_S:-360}" $PY -m bench.gpu \
   --repeats "${GPU_REPEATS:-2}" --steps "${GPU_BENCH_STEPS:-100}" --out "$OUT/gpu.json" \
-  --variants ${GPU_VARIANTS:-raysgd_fp16 raysgd_lightning_fp16 loop_fp16 raysgd_bf16 loop_bf16 \
-  raysgd_fp16_no_commits raysgd_bf16_no_commits}
+  --variants ${GPU_VARIANTS:-raysgd_fp16 raysgd_lightning_fp16 loop_fp16 raysgd_fp16_no_commits \
+  raysgd_bf16 loop_bf16}
 want recovery && step recovery "${GPU_RECOVERY_S:-180}" $PY -m bench.fsdp --gpu \
   --out "$OUT/recovery_gpu.json" \
   --only kill_ddp_gpu_spare1_warm kill_ddp_gpu_spare0 kill_fsdp_gpu_spare1_warm

@@ -55,6 +55,8 @@ def to_value(name: str, value: Any) -> Any:
         if value.numel() != 1:
             raise ValueError(f"self.log({name!r}, ...) got a tensor of shape "
                              f"{tuple(value.shape)}; log one number, e.g. value.mean().")
+        if type(value) is not torch.Tensor:  # a subclass (e.g. a DTensor): read now, as before
+            return float(value.detach().float().item())
         return value.detach().reshape(()).to(torch.float32, copy=True)
     if isinstance(value, numbers.Number):
         return float(value)

@@ -116,7 +116,8 @@ def automatic_step(op: Any, batch: Any, batch_idx: int) -> Tuple[dict, Any]:
         return {NUM_SAMPLES: batch_size_of(batch) or 1}, None
     # The loss stays a 0-d tensor, as TrainingOperator.train_batch leaves it: read every
     # step, it would make the CPU wait for the GPU.
-    metrics = {"train_loss": ran["total"], NUM_SAMPLES: ran["samples"],
+    # A copy: on_train_batch_end gets the outputs' loss and may change it in place.
+    metrics = {"train_loss": to_value("loss", ran["total"]), NUM_SAMPLES: ran["samples"],
                **scalars(ran["extras"])}
     outputs = {**ran["extras"], "loss": ran["total"]}
     return metrics, outputs

@@ -38,6 +38,7 @@ import torch
 from raysgd.errors import ConfigError
 from raysgd.lightning.compat import find_base, is_overridden
 from raysgd.worker.batches import map_tensors
+from raysgd.worker.metrics import NUM_SAMPLES
 from raysgd.lightning.steps import scalars
 
 # 1.x hooks raysgd does not call, and why (said once per worker at set-up).
@@ -160,7 +161,8 @@ class EpochOutputs:
         if isinstance(returned, torch.Tensor) and returned.numel() == 1:
             return {"train_loss" if phase == "train" else "val_loss": float(returned.item())}
         if isinstance(returned, Mapping):
-            return {key: float(value) for key, value in scalars(returned).items()}  # once a call
+            return {key: value if key == NUM_SAMPLES else float(value)  # read once a call
+                    for key, value in scalars(returned).items()}
         raise ConfigError(f"{type(self.module).__name__}.{hook} returned "
                           f"{type(returned).__name__}; it must return None and log values with "
                           "self.log (Lightning 1.6+), or, as Ray 1.12 read it, a dict of metrics "
