@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional
 import torch
 
 from raysgd.worker.batches import map_tensors
-from raysgd.worker.metrics import AverageMeter, AverageMeterCollection
+from raysgd.worker.metrics import AverageMeter, AverageMeterCollection, is_scalar_tensor
 
 # Keywords of Lightning 1.x's self.log that 2.x dropped: accepted, and ignored but for
 # sync_dist_op (which must average, like reduce_fx).
@@ -55,9 +55,9 @@ def to_value(name: str, value: Any) -> Any:
         if value.numel() != 1:
             raise ValueError(f"self.log({name!r}, ...) got a tensor of shape "
                              f"{tuple(value.shape)}; log one number, e.g. value.mean().")
-        if type(value) is not torch.Tensor:  # a subclass (e.g. a DTensor): read now, as before
-            return float(value.detach().float().item())
-        return value.detach().reshape(()).to(torch.float32, copy=True)
+        copied = value.detach().reshape(()).to(torch.float32, copy=True)
+        # metrics' own rule: a subclass (e.g. a DTensor) is read now, as before
+        return copied if is_scalar_tensor(copied) else float(copied)
     if isinstance(value, numbers.Number):
         return float(value)
     if isinstance(value, Mapping):

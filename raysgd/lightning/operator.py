@@ -340,12 +340,13 @@ class LightningOperator(TrainingOperator):
     def _note_callback_metrics(self, values: dict) -> None:
         # Lightning's trainer.callback_metrics: the latest value of every metric, as tensors.
         # A step's 0-d tensors are kept unread (on their device, as Lightning keeps them).
-        self.callback_metrics.update({key: value if is_scalar_tensor(value)
-                                      else torch.tensor(float(value))
-                                      for key, value in values.items()
-                                      if (is_number(value) or is_scalar_tensor(value))
-                                      and not key.startswith("last_")
-                                      and key not in (NUM_SAMPLES, BATCH_COUNT)})
+        for key, value in values.items():
+            if key.startswith("last_") or key in (NUM_SAMPLES, BATCH_COUNT):
+                continue
+            if is_scalar_tensor(value):
+                self.callback_metrics[key] = value
+            elif is_number(value):
+                self.callback_metrics[key] = torch.tensor(float(value))
 
 
 PLAIN = (torch.Tensor, str, bytes, int, float, bool, complex, type(None), torch.dtype,

@@ -31,6 +31,7 @@ from raysgd.state.sharded_dir import RANK_FILE, SHARDED_KEY
 
 KEEP = 3
 READ_WAIT_S = 240.0  # a reader waits this long for a step being staged (driver's fetch: 300 s)
+NO_WRITE: tuple = (None, None)  # a step with no staged write: (write, version)
 CLOSE_WAIT_S = 2.0  # a write still running at close (a peer died mid-write) is abandoned
 PREFIX = "raysgd-staged-"
 OWNER = ".owner"  # locked (flock) by the owning process for as long as it lives
@@ -64,7 +65,7 @@ class DiskStaging:
         # (``_writes`` changes on the training thread only, so it may read it without).
         self._cond = threading.Condition()
         # staged step -> (its write: wait() once complete, which stage of this rank it is)
-        self._writes: Dict[int, Tuple[Any, int]] = {}
+        self._writes: Dict[int, Tuple[Any, Optional[int]]] = {}
         self._staged = 0  # stages so far
         self._in_progress: Set[int] = set()  # steps being staged (maybe again) right now
         self._closed = False
@@ -81,7 +82,7 @@ class DiskStaging:
         try:
             with self._cond:
                 # the same step again (a state change): the old write is awaited, then replaced
-                earlier = self._writes.pop(step, (None, 0))[0]
+                earlier = self._writes.pop(step, NO_WRITE)[0]
                 self._in_progress.add(step)  # a reader of the step waits for its new files
             if earlier is not None:
                 _wait(earlier)
@@ -128,7 +129,7 @@ class DiskStaging:
                         max(0.0, deadline - time.monotonic())):
                     raise CheckpointError(f"rank {self.rank} has been staging step {step} for "
                                           f"over {READ_WAIT_S:.0f} s; its checkpoint is skipped")
-                write, version = self._writes.get(step, (None, None))
+                write, version = self._writes.get(step, NO_WRITE)
                 if write is None:
                     raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
                                           f"{step} (it keeps steps {sorted(self._writes)})")
@@ -139,7 +140,7 @@ class DiskStaging:
                     raise  # this version's write failed, and no newer one replaces it
                 continue
             with self._cond:
-                if step in self._in_progress or self._writes.get(step, (None,))[0] is not write:
+                if step in self._in_progress or self._writes.get(step, NO_WRITE)[0] is not write:
                     continue  # replaced while this waited: serve the new version
                 if by_path:  # hard links: valid however this rank rotates or replaces the step
                     files = pin_files(self._path(step), self.root)
@@ -153,7 +154,7 @@ class DiskStaging:
         version changed since its fetch means the step was staged anew meanwhile, so the
         ranks' files may not all be of one commit."""
         with self._cond:
-            return None if step in self._in_progress else self._writes.get(step, (None, None))[1]
+            return None if step in self._in_progress else self._writes.get(step, NO_WRITE)[1]
 
     def close(self) -> None:
         with self._cond:
