@@ -140,7 +140,8 @@ class TrainingOperator:
                     loss = criterion(output, target)
             with self.timers.record("grad"):
                 self.backward(loss if weight == 1 else loss * weight)
-            total_loss = total_loss + loss.detach().float() * weight
+            # One micro-batch (the default) adds no op a step (the meter copies the loss).
+            total_loss = loss.detach() if weight == 1 else total_loss + loss.float().detach() * weight
             num_samples += target.size(0)
         with self.timers.record("apply"):
             if self._context.settings.clip_grad_norm is not None:
@@ -150,8 +151,7 @@ class TrainingOperator:
         if self.scheduler_step_freq == "batch" and self._schedulers and stepped:
             for scheduler in self._schedulers:
                 scheduler.step()
-        # A 0-d tensor, not float(): that would wait for the GPU every step (worker/metrics.py).
-        return {"train_loss": total_loss, NUM_SAMPLES: num_samples}
+        return {"train_loss": total_loss, NUM_SAMPLES: num_samples}  # 0-d: float() waits for a GPU
 
     def validate(self, val_iterator: Iterable, info: Optional[dict] = None) -> dict:
         """Evaluate over ``val_iterator``; returns a dict of metrics or None (``validate_batch``'s)."""

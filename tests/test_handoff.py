@@ -67,3 +67,54 @@ def test_assembler_commits_a_step_only_when_every_rank_handed_it_over():
     commit = assembler.add(1, 8, 8, "r1s8")
     assert commit.step == 8 and commit.snapshots == ["r0s8", "r1s8"]
     assert assembler.committed_step == 8
+
+
+def test_settle_gives_a_queued_live_commit_its_own_copy():
+    handoff = CommitHandoff(wait_s=0)
+    live = [1]
+    handoff.offer(3, live, materialize=lambda commit: list(commit))
+    handoff.settle()
+    live[0] = 2  # the live state moves on
+    assert handoff.take(after=0) == [1]
+
+
+def test_settle_waits_for_a_taken_live_commit_until_the_next_request_acknowledges_it():
+    handoff = CommitHandoff(wait_s=5)
+    handoff.offer(3, "live3", materialize=lambda commit: "copy")
+    assert handoff.take(after=0) == "live3"
+    settled = threading.Event()
+    waiter = threading.Thread(target=lambda: (handoff.settle(), settled.set()))
+    waiter.start()
+    assert not settled.wait(0.2)  # Ray may still be storing it
+    assert handoff.take(after=2, wait_s=0) is None  # a request before it acknowledges nothing
+    assert not settled.wait(0.1)
+    assert handoff.take(after=3, wait_s=0) is None  # the driver has it: the next request
+    assert settled.wait(2)
+    waiter.join(2)
+
+
+def test_settle_gives_up_after_wait_s_when_no_request_comes():
+    handoff = CommitHandoff(wait_s=0.1)
+    handoff.offer(3, "live3", materialize=lambda commit: "copy")
+    assert handoff.take(after=0) == "live3"
+    started = time.monotonic()
+    handoff.settle()
+    assert 0.05 < time.monotonic() - started < 2
+
+
+def test_copied_commits_need_no_settling_and_clear_forgets_a_taken_live_one():
+    handoff = CommitHandoff(wait_s=0)
+    handoff.offer(3, "c3")
+    assert handoff.take(after=0) == "c3"
+    handoff.offer(6, "live6", materialize=lambda commit: "copy")
+    handoff.wait_s = 5  # settling would wait this long for an acknowledgement
+    started = time.monotonic()
+    handoff.settle()  # a copied commit taken is not waited for; the queued live one copied
+    assert handoff.take(after=3) == "copy"
+    handoff.wait_s = 0
+    handoff.offer(9, "live9", materialize=lambda commit: "copy")
+    assert handoff.take(after=6) == "live9"
+    handoff.wait_s = 5
+    handoff.clear()  # a restore replaces the state: nothing is being stored for the driver
+    handoff.settle()
+    assert time.monotonic() - started < 1

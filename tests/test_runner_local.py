@@ -294,7 +294,7 @@ def test_commit_mid_call_and_resume_gives_identical_weights_and_metrics():
     reference.commit_every = 7
     reference.train_epoch()
     expected = reference.train_epoch()  # 20 batches; commits at steps 21, 28, 35
-    assert reference._handoff.steps() == [14, 21, 28, 35]  # nobody took them: the last four
+    assert reference._commits.handoff.steps() == [14, 21, 28, 35]  # nobody took them: the last four
     commit = reference.next_commit(after=28)
     assert commit["step"] == 35 and commit["call_done"] == 15
 
@@ -343,3 +343,99 @@ def test_host_copies_never_alias_the_live_tensors():
     with torch.no_grad():
         weight.add_(1)
     assert torch.equal(copied, torch.ones(3))  # a copy, not a view of the parameter
+
+
+def _model_state(snapshot):
+    from raysgd.state.packing import unpack_tensors
+
+    state = unpack_tensors(snapshot["state"])
+    return state["models"], state["optimizers"]
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _reference_commits(config):
+    """The commits of steps 14..35 of a runner whose commits copy (nobody takes them)."""
+    _seed_all()
+    reference = make_runner(DropoutOperator, config)
+    reference.commit_every = 7
+    reference.train_epoch()
+    reference.train_epoch()
+    return {step: reference.next_commit(after=step - 1) for step in (14, 21, 28, 35)}
+
+
+def _seed_all():
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+
+
+def _views_runner(config, wait_s):
+    _seed_all()
+    runner = WorkerRunner(DropoutOperator, dict(config), WorkerSettings(), RankInfo(),
+                          commit_every=7, commit_wait_s=wait_s, commit_views=True)
+    runner.setup_operator()
+    return runner
+
+
+def test_commits_that_view_the_live_state_are_exact_once_stored():
+    """A remote rank's commits view its parameters and optimizer state until the driver
+    acknowledges them; a "driver" thread here takes each, stores it slowly (as Ray copies it
+    into the object store) and only then asks again. Each stored commit must equal the
+    copying runner's commit of the same step, bit for bit."""
+    import threading
+    import time
+
+    from raysgd.state.packing import own_copies
+
+    config = {BATCH_SIZE: 50, "shuffle": True}
+    expected = _reference_commits(config)
+    runner = _views_runner(config, wait_s=10)
+    stored, stop = {}, threading.Event()
+
+    def driver():
+        after = 0
+        while not stop.is_set():
+            commit = runner.next_commit(after, wait_s=0.1)
+            if commit is not None:
+                time.sleep(0.02)  # the training thread runs on meanwhile, until its step
+                stored[commit["step"]] = own_copies(commit)
+                after = commit["step"]
+
+    thread = threading.Thread(target=driver)
+    thread.start()
+    try:
+        runner.train_epoch()
+        runner.train_epoch()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert set(expected) <= set(stored)
+    for step, commit in expected.items():
+        assert _same(_model_state(stored[step]), _model_state(commit)), step
+
+
+def test_untaken_commits_that_view_the_live_state_get_their_own_copies():
+    config = {BATCH_SIZE: 50, "shuffle": True}
+    expected = _reference_commits(config)
+    runner = _views_runner(config, wait_s=0.001)  # nobody takes them
+    runner.train_epoch()
+    runner.train_epoch()
+    assert runner._commits.handoff.steps() == [14, 21, 28, 35]
+    for step, commit in expected.items():
+        assert _same(_model_state(runner.next_commit(after=step - 1)),
+                     _model_state(commit)), step
+    profile = runner.train_epoch(profile=True)["profile"]
+    assert profile["commits"] == 3 and profile["commit_hold_s"] > 0  # steps 42, 49, 56

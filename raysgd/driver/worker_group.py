@@ -251,8 +251,10 @@ class WorkerGroup(FanOut, Rejoin, Stopping):
                    "commit_every": self.settings.commit_every}
                   for rank in range(self.num_workers)]
         remote_kwargs = kwargs[1:] if self.use_local else kwargs
+        # A remote rank's commits are return values Ray stores before the driver sees them,
+        # so they may view the live state (worker/live_state.py); a local rank's may not.
         remote_extra = {"num_threads": max(1, int(self.settings.num_cpus_per_worker)),
-                        "commit_wait_s": COMMIT_WAIT_S}
+                        "commit_wait_s": COMMIT_WAIT_S, "commit_views": True}
         refs = [actor.start.remote(self.initialization_hook, {**kw, **remote_extra})
                 for actor, kw in zip(self.actors, remote_kwargs)]
         if self.use_local:

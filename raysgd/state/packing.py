@@ -70,3 +70,9 @@ def unpack_tensors(obj: Any) -> Any:
 def view_tensors(obj: Any) -> Any:
     """:func:`unpack_tensors` without the copies, for state that is only read (written out)."""
     return _map(obj, PackedTensor, view_tensor)
+
+
+def own_copies(obj: Any) -> Any:
+    """``obj`` with every :class:`PackedTensor`'s bytes copied (no longer a view of anything)."""
+    return _map(obj, PackedTensor, lambda packed: PackedTensor(
+        np.array(packed.data, copy=True), packed.dtype, packed.shape))

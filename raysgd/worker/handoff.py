@@ -9,14 +9,25 @@ one commit interval plus the step in flight. It costs a thread wake-up per
 commit when the driver is polling, and at most ``wait_s`` when it is not.
 On the driver, :class:`raysgd.state.commit.CommitAssembler` puts the ranks' parts
 together.
+
+A commit may view the live state instead of copying it (``offer(..., materialize)``,
+``raysgd.worker.live_state``): Ray then copies those tensors into the object store while it
+stores the taken commit, beside the next batch's forward and backward. Before the live
+state next changes (the optimizer's step, the next batch, the call's end) the training
+thread calls :meth:`CommitHandoff.settle`: a commit still queued gets its own copy
+(``materialize``), and one taken is waited for until the driver acknowledges it: its next
+request starts after that step, which it can only send once the commit is stored.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 KEEP_COMMITS = 4  # commits held when nobody takes them (a runner used on its own)
+
+logger = logging.getLogger("raysgd")
 
 
 class CommitHandoff:
@@ -27,13 +38,20 @@ class CommitHandoff:
         self._cond = threading.Condition()
         self._queue: "collections.OrderedDict[int, Any]" = collections.OrderedDict()
         self._ticket = 0
+        # queued steps whose commit views the live state -> how to give it its own copy
+        self._live: Dict[int, Callable[[Any], Any]] = {}
+        self._storing: Optional[int] = None  # a live commit taken, not yet acknowledged
 
-    def offer(self, step: int, commit: Any) -> bool:
-        """Queue ``commit``; with ``wait_s`` wait until it is taken. True if it was."""
+    def offer(self, step: int, commit: Any,
+              materialize: Optional[Callable[[Any], Any]] = None) -> bool:
+        """Queue ``commit``; with ``wait_s`` wait until it is taken. True if it was.
+        ``materialize`` marks a commit that views the live state (see :meth:`settle`)."""
         with self._cond:
             self._queue[step] = commit
+            if materialize is not None:
+                self._live[step] = materialize
             while len(self._queue) > KEEP_COMMITS:
-                self._queue.popitem(last=False)
+                self._live.pop(self._queue.popitem(last=False)[0], None)
             self._cond.notify_all()
             if self.wait_s <= 0:
                 return False
@@ -45,9 +63,13 @@ class CommitHandoff:
         Older ones are dropped: the driver has moved past them. ``ticket``
         names the driver's call: a request from a newer call releases a
         waiting older one empty-handed, so a request left over from the
-        previous call never takes (and loses) a commit of the next.
+        previous call never takes (and loses) a commit of the next. A request
+        starting at or after a live commit it took before acknowledges it.
         """
         with self._cond:
+            if self._storing is not None and after >= self._storing:
+                self._storing = None
+                self._cond.notify_all()
             if ticket < self._ticket:
                 return None
             if ticket > self._ticket:
@@ -59,9 +81,28 @@ class CommitHandoff:
                 return None
             for step in [s for s in self._queue if s <= after]:
                 del self._queue[step]
+                self._live.pop(step, None)
             step, commit = self._queue.popitem(last=False)
+            if self._live.pop(step, None) is not None:
+                self._storing = step
             self._cond.notify_all()
             return commit
+
+    def settle(self) -> None:
+        """Call before the live state changes: queued commits that view it get their own
+        copies, and a taken one is waited for (at most ``wait_s``) until the driver
+        acknowledges it."""
+        with self._cond:
+            for step, materialize in self._live.items():
+                self._queue[step] = materialize(self._queue[step])
+            self._live.clear()
+            if self._storing is None:
+                return
+            if not self._cond.wait_for(lambda: self._storing is None, timeout=self.wait_s):
+                # Storing takes a memory copy's time; after wait_s the driver stopped asking.
+                logger.warning("raysgd: the driver did not acknowledge the commit of step %d "
+                               "within %.0f s; training on", self._storing, self.wait_s)
+                self._storing = None
 
     def steps(self) -> List[int]:
         with self._cond:
@@ -70,6 +111,8 @@ class CommitHandoff:
     def clear(self) -> None:
         with self._cond:
             self._queue.clear()
+            self._live.clear()
+            self._storing = None
             self._cond.notify_all()
 
     def _newer(self, after: int) -> bool:

@@ -9,16 +9,17 @@ both ways on a GPU.
 """
 from __future__ import annotations
 
-from typing import Any, Set
+from typing import Any, Callable, Optional, Set
 
 import torch
 
 from raysgd.worker.batches import map_tensors
 
 
-def host_copies(state: Any) -> Any:
+def host_copies(state: Any, view: Optional[Callable[[torch.Tensor], bool]] = None) -> Any:
     """``state`` with every tensor replaced by a detached copy in host memory (never an
-    alias of a live CPU tensor), ready to read when this returns."""
+    alias of a live CPU tensor), ready to read when this returns; but a CPU tensor for which
+    ``view`` says so stays a detached view of itself (``raysgd.worker.live_state``)."""
     devices: Set[torch.device] = set()
 
     def copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -26,6 +27,8 @@ def host_copies(state: Any) -> Any:
         if tensor.is_cuda:
             devices.add(tensor.device)
             return tensor.to("cpu", non_blocking=True)
+        if view is not None and view(tensor):
+            return tensor
         return tensor.to("cpu", copy=True)
 
     copies = map_tensors(state, copy)

@@ -53,9 +53,15 @@ class AverageMeter:
 
     def update(self, val: Any, n: int = 1) -> None:
         if is_scalar_tensor(val):
-            val = val.detach().clone()  # the caller's tensor may change in place later
-            # Summed in double: a bf16 loss summed in bf16 would lose digits.
-            self._sum = val.double() * n + self._sum
+            # Its own copy (the caller's tensor may change in place later), summed in double
+            # (a bf16 loss summed in bf16 would lose digits): a float is copied once, as a
+            # double, which is also its last value; an integer stays an integer.
+            val = val.detach().to(torch.float64, copy=True) if val.is_floating_point() \
+                else val.detach().clone()
+            if isinstance(self._sum, torch.Tensor) and self._sum.device == val.device:
+                self._sum = torch.add(self._sum, val, alpha=n)
+            else:
+                self._sum = val.double() * n + self._sum
         else:
             self._sum = val * n + self._sum
         self._val = val

@@ -10,7 +10,9 @@ printed by a worker, so Ray's log forwarding cannot garble a bar.
 from __future__ import annotations
 
 import numbers
+import sys
 import time
+import traceback
 from typing import Any, Dict, Mapping, Optional
 
 from raysgd.worker.metrics import is_scalar_tensor
@@ -68,3 +70,11 @@ class BatchEvents:
 def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
+
+def thread_line(thread: Optional[int]) -> str:
+    """Where the thread ``thread`` (an ident) is now: ``file:line in function``, or idle."""
+    frame = sys._current_frames().get(thread) if thread else None
+    if frame is None:
+        return "idle"
+    last = traceback.extract_stack(frame)[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}"

@@ -7,10 +7,8 @@ position in the train loader and the worker's full state.
 from __future__ import annotations
 
 import copy
-import sys
 import threading
 import time
-import traceback
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -25,12 +23,12 @@ from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import distributed, rng
 from raysgd.worker.batches import batch_count
-from raysgd.worker.handoff import CommitHandoff
 from raysgd.worker.host_copy import host_copies
 from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
-from raysgd.worker.progress import BatchEvents
+from raysgd.worker.progress import BatchEvents, thread_line
+from raysgd.worker.rank_commits import RankCommits
 from raysgd.worker.returns import call_metrics
 from raysgd.worker.staging import NoStaging, create_staging
 from raysgd.worker.stop_point import StopHere, StopPoint
@@ -53,7 +51,8 @@ class WorkerRunner:
 
     def __init__(self, operator_cls: type, config: Dict[str, Any], settings: WorkerSettings,
                  rank: RankInfo, num_threads: Optional[int] = None,
-                 commit_every: Optional[int] = None, commit_wait_s: float = 0.0):
+                 commit_every: Optional[int] = None, commit_wait_s: float = 0.0,
+                 commit_views: bool = False):
         if num_threads:
             torch.set_num_threads(num_threads)
         self.operator_cls = operator_cls
@@ -67,8 +66,9 @@ class WorkerRunner:
         self._val_passes: Optional[Passes] = None
         self._train_epoch: Optional[EpochCaller] = None
         self.commit_every = commit_every
-        # In-epoch commits on their way to the driver (see raysgd.worker.handoff).
-        self._handoff = CommitHandoff(commit_wait_s)
+        # In-epoch commits on their way to the driver; ``commit_views``: they view the
+        # parameters and optimizer state instead of copying them (worker/live_state.py).
+        self._commits = RankCommits(commit_wait_s, commit_views)
         self._call_done_base = 0
         self._last_progress = time.monotonic()
         self.events = BatchEvents()  # the running call's counters, for the driver's progress bar
@@ -112,6 +112,7 @@ class WorkerRunner:
         self._val_passes = Passes(None if "validation" in datasets else loaders["validation"],
                                   "validation loader", allow_empty=True)
         self._train_epoch = EpochCaller(self.operator)
+        self._commits.attach(self.operator._optimizers)
         return {"has_train_loader": loaders["train"] is not None,
                 "has_validation_loader": loaders["validation"] is not None,
                 "validation_missing": None if loaders["validation"] is not None else getattr(
@@ -151,9 +152,10 @@ class WorkerRunner:
         metrics = call_metrics(self._train_epoch(iterator, info, num_steps, epoch_idx), operator,
                                "train_epoch")
         self._note_first_step(iterator.done)
+        self._commits.settle()  # the call's end: no commit may view what the next call changes
         result = {"epoch": self._passes.epoch, **metrics}
         if profile:
-            result["profile"] = {**operator.timers.stats(),
+            result["profile"] = {**operator.timers.stats(), **self._commits.stats(),
                                  "train_epoch_s": time.perf_counter() - start}
         operator.timers = NULL_TIMERS
         return result
@@ -235,7 +237,8 @@ class WorkerRunner:
         state = op._context.strategy.commit_state(op._original_models, op._optimizers)
         if self.rank.world_rank == 0:
             state.update(self._shared_components())
-        return self._with_own_part(state)
+        return self._with_own_part(state, lambda own: self._commits.content.content(
+            own, op._original_models, op._optimizers))
 
     def _shared_components(self) -> Dict[str, Any]:
         op = self.operator
@@ -246,10 +249,10 @@ class WorkerRunner:
             state["operator"] = extra
         return state
 
-    def _with_own_part(self, state: Dict[str, Any]) -> Dict[str, Any]:
+    def _with_own_part(self, state: Dict[str, Any], copies=host_copies) -> Dict[str, Any]:
         state = {"global_step": self.operator.global_step, **self._passes.state_dict(),
                  "rng": rng.get_state(), **state}
-        return host_copies(state)
+        return copies(state)
 
     def load_state_dict(self, state: Dict[str, Any], sources: Optional[list] = None) -> None:
         """Load a full state (``save()``'s format) or a commit's (``sources``: the parts of
@@ -334,20 +337,20 @@ class WorkerRunner:
         self.operator._resume_meters = None if restarted else (own or {}).get("meters")
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
-        self._handoff.clear()
+        self._commits.handoff.clear()
         self.stop_point.close()
         return restarted
 
     def next_commit(self, after: int, wait_s: float = 0.0,
                     ticket: int = 0) -> Optional[Dict[str, Any]]:
         """The next in-epoch commit newer than ``after`` (the driver's long poll)."""
-        return self._handoff.take(after, wait_s, ticket)
+        return self._commits.handoff.take(after, wait_s, ticket)
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""
         idle = time.monotonic() - self._last_progress
         # Walking the training thread's stack costs CPU; only a stalled rank needs it.
-        where = self._where() if idle >= WHERE_AFTER_S else "making progress"
+        where = thread_line(self._thread) if idle >= WHERE_AFTER_S else "making progress"
         return {"steps": self._passes.steps if self._passes else 0, "idle_s": idle,
                 "first_step_wall": self.first_step_wall, "where": where,
                 "call": self.events.report()}
@@ -355,6 +358,7 @@ class WorkerRunner:
     def _begin_call(self) -> None:
         self._thread = threading.get_ident()
         self._last_progress = time.monotonic()
+        self._commits.begin_call()
 
     def _tick(self, done: int = 0) -> None:
         self._last_progress = time.monotonic()
@@ -367,19 +371,12 @@ class WorkerRunner:
         if self.stop_point.at_boundary(self._passes.steps):
             raise StopHere(self.snapshot(call_done))
         if self.commit_every and done and self._passes.steps % self.commit_every == 0:
-            self._handoff.offer(self._passes.steps, self.snapshot(call_done))
+            self._commits.offer(self._passes.steps, lambda: self.snapshot(call_done))
             self._last_progress = time.monotonic()  # waiting for the driver is not a hang
 
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:
             self.first_step_wall = time.time()
-
-    def _where(self) -> str:
-        frame = sys._current_frames().get(self._thread) if self._thread else None
-        if frame is None:
-            return "idle"
-        last = traceback.extract_stack(frame)[-1]
-        return f"{last.filename}:{last.lineno} in {last.name}"
 
     # ----------------------------------------------------------------- misc
     def apply(self, fn: Callable[[], Any]) -> Any:
