@@ -439,3 +439,37 @@ def test_untaken_commits_that_view_the_live_state_get_their_own_copies():
                      _model_state(commit)), step
     profile = runner.train_epoch(profile=True)["profile"]
     assert profile["commits"] == 3 and profile["commit_hold_s"] > 0  # steps 42, 49, 56
+
+
+class WritesBeforeStepOperator(LinearOperator):
+    """Writes its parameters in place before the batch's optimizer step (as a hand-written
+    weight clamp at the start of a batch would)."""
+
+    def train_batch(self, batch, batch_info):
+        with torch.no_grad():
+            self.model.weight.clamp_(-100.0, 100.0)
+        return super().train_batch(batch, batch_info)
+
+
+def test_a_write_outside_a_step_makes_commits_copy_and_commit_again(caplog):
+    from raysgd.worker.live_state import CopiedCommits, LiveCommits
+
+    runner = WorkerRunner(WritesBeforeStepOperator, {BATCH_SIZE: 100}, WorkerSettings(),
+                          RankInfo(), commit_every=4, commit_wait_s=0.001, commit_views=True)
+    runner.setup_operator()
+    assert isinstance(runner._commits.content, LiveCommits)
+    with caplog.at_level("WARNING", logger="raysgd"):
+        runner.train_epoch()  # 10 batches: a viewing commit at step 4, then one at 5
+    assert "written outside an optimizer step while the commit of step 4" in caplog.text
+    assert isinstance(runner._commits.content, CopiedCommits)
+    assert runner._commits.handoff.steps() == [4, 5, 8]
+
+
+def test_writes_in_a_step_keep_commits_viewing(caplog):
+    from raysgd.worker.live_state import LiveCommits
+
+    runner = _views_runner({BATCH_SIZE: 50, "shuffle": True}, wait_s=0.001)
+    with caplog.at_level("WARNING", logger="raysgd"):
+        runner.train_epoch()
+    assert "outside an optimizer step" not in caplog.text
+    assert isinstance(runner._commits.content, LiveCommits)

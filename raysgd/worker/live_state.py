@@ -15,7 +15,7 @@ before. A local rank (in the driver) keeps its commits as Python objects, so the
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Set
+from typing import Any, Callable, List, Set, Tuple
 
 import torch
 
@@ -51,13 +51,35 @@ class CopiedCommits:
 
     materialize = None  # nothing of the live state to copy later
 
+    def changed(self) -> bool:
+        return False
+
 
 class LiveCommits:
     """CPU parameters and optimizer state viewed, not copied (a remote rank)."""
 
+    def __init__(self):
+        self._viewed: List[Tuple[torch.Tensor, int]] = []  # the last commit's, and versions
+
     def content(self, state: Any, models: list, optimizers: list) -> Any:
         storages = step_only_storages(models, optimizers)
-        return host_copies(state, view=lambda tensor: _storage(tensor) in storages)
+        viewed = []
+
+        def view(tensor: torch.Tensor) -> bool:
+            if _storage(tensor) not in storages:
+                return False
+            viewed.append((tensor, tensor._version))  # a detached view shares the counter
+            return True
+
+        copies = host_copies(state, view=view)
+        self._viewed = viewed
+        return copies
+
+    def changed(self) -> bool:
+        """Whether something wrote a tensor the last commit views since it was taken; asked
+        before the next optimizer step, so only a write outside a step counts."""
+        viewed, self._viewed = self._viewed, []
+        return any(tensor._version != version for tensor, version in viewed)
 
     @staticmethod
     def materialize(snapshot: Any) -> Any:

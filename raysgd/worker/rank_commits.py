@@ -7,11 +7,14 @@ thread up, which ``train(profile=True)`` reports (``commits``, ``commit_hold_s``
 """
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from raysgd.worker.handoff import CommitHandoff
 from raysgd.worker.live_state import CopiedCommits, create_commit_content
+
+logger = logging.getLogger("raysgd")
 
 
 class RankCommits:
@@ -20,6 +23,8 @@ class RankCommits:
         self.views = views
         self.content = CopiedCommits()  # until the operator's optimizers exist (attach)
         self._count, self._hold_s = 0, 0.0
+        self._unchecked: Optional[int] = None  # a viewing commit not yet checked for writes
+        self._again = False  # take a commit at the next batch (the last one may be torn)
 
     def attach(self, optimizers: list) -> None:
         """Choose, once per operator, what its commits copy (``live_state``)."""
@@ -28,19 +33,40 @@ class RankCommits:
     def begin_call(self) -> None:
         self._count, self._hold_s = 0, 0.0
 
+    def due(self, step: int, every: Optional[int]) -> bool:
+        """Whether the batch boundary after ``step`` steps takes an in-epoch commit."""
+        return bool(every) and (step % every == 0 or self._again)
+
     def offer(self, step: int, snapshot: Callable[[], Any]) -> None:
         """Take the commit of ``step`` (``snapshot()``) and hand it over."""
         started = time.perf_counter()
-        self.handoff.settle()
+        self.settle()
         self.handoff.offer(step, snapshot(), self.content.materialize)
         self._count += 1
+        self._again = False
+        self._unchecked = step if self.content.materialize is not None else None
         self._hold_s += time.perf_counter() - started
 
     def settle(self) -> None:
         """Wait until no commit views the live state (before it changes)."""
         started = time.perf_counter()
+        if self._unchecked is not None:
+            self._check_writes(self._unchecked)
         self.handoff.settle()
         self._hold_s += time.perf_counter() - started
+
+    def _check_writes(self, step: int) -> None:
+        """A commit that views parameters or optimizer state assumes only a step writes them;
+        code that writes them elsewhere (before a batch's first step) may have torn it."""
+        self._unchecked = None
+        if self.content.changed():
+            logger.warning(
+                "raysgd: parameters or optimizer state were written outside an optimizer "
+                "step while the commit of step %d viewed them, so that commit may mix two "
+                "steps; this rank's commits copy the state from now on, and the next batch "
+                "commits again. Write them only in or after a batch's optimizer step to keep "
+                "commits free of copies.", step)
+            self.content, self._again = CopiedCommits(), True
 
     def stats(self) -> Dict[str, Any]:
         return {"commits": self._count, "commit_hold_s": self._hold_s}

@@ -370,7 +370,7 @@ class WorkerRunner:
         call_done = self._call_done_base + done
         if self.stop_point.at_boundary(self._passes.steps):
             raise StopHere(self.snapshot(call_done))
-        if self.commit_every and done and self._passes.steps % self.commit_every == 0:
+        if done and self._commits.due(self._passes.steps, self.commit_every):
             self._commits.offer(self._passes.steps, lambda: self.snapshot(call_done))
             self._last_progress = time.monotonic()  # waiting for the driver is not a hang
 
