@@ -40,7 +40,7 @@ class RankCommits:
     def offer(self, step: int, snapshot: Callable[[], Any]) -> None:
         """Take the commit of ``step`` (``snapshot()``) and hand it over."""
         started = time.perf_counter()
-        self.settle()
+        self._settle()
         self.handoff.offer(step, snapshot(), self.content.materialize)
         self._count += 1
         self._again = False
@@ -50,10 +50,18 @@ class RankCommits:
     def settle(self) -> None:
         """Wait until no commit views the live state (before it changes)."""
         started = time.perf_counter()
+        self._settle()
+        self._hold_s += time.perf_counter() - started
+
+    def clear(self) -> None:
+        """Forget every commit (a restore replaces the state they were taken from)."""
+        self.handoff.clear()
+        self._unchecked, self._again = None, False
+
+    def _settle(self) -> None:
         if self._unchecked is not None:
             self._check_writes(self._unchecked)
         self.handoff.settle()
-        self._hold_s += time.perf_counter() - started
 
     def _check_writes(self, step: int) -> None:
         """A commit that views parameters or optimizer state assumes only a step writes them;

@@ -337,7 +337,7 @@ class WorkerRunner:
         self.operator._resume_meters = None if restarted else (own or {}).get("meters")
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
-        self._commits.handoff.clear()
+        self._commits.clear()
         self.stop_point.close()
         return restarted
 
