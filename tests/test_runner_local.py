@@ -387,6 +387,7 @@ def _views_runner(config, wait_s):
     runner = WorkerRunner(DropoutOperator, dict(config), WorkerSettings(), RankInfo(),
                           commit_every=7, commit_wait_s=wait_s, commit_views=True)
     runner.setup_operator()
+    runner._commits.content.min_bytes = 0  # view this tiny model's state too
     return runner
 
 
@@ -458,6 +459,7 @@ def test_a_write_outside_a_step_makes_commits_copy_and_commit_again(caplog):
                           RankInfo(), commit_every=4, commit_wait_s=0.001, commit_views=True)
     runner.setup_operator()
     assert isinstance(runner._commits.content, LiveCommits)
+    runner._commits.content.min_bytes = 0  # view this tiny model's state too
     with caplog.at_level("WARNING", logger="raysgd"):
         runner.train_epoch()  # 10 batches: a viewing commit at step 4, then one at 5
     assert "written outside an optimizer step while the commit of step 4" in caplog.text
@@ -473,3 +475,12 @@ def test_writes_in_a_step_keep_commits_viewing(caplog):
         runner.train_epoch()
     assert "outside an optimizer step" not in caplog.text
     assert isinstance(runner._commits.content, LiveCommits)
+
+
+def test_a_small_state_is_copied_even_where_commits_may_view():
+    runner = WorkerRunner(WritesBeforeStepOperator, {BATCH_SIZE: 100}, WorkerSettings(),
+                          RankInfo(), commit_every=4, commit_wait_s=0.001, commit_views=True)
+    runner.setup_operator()
+    runner.train_epoch()  # its writes before each step would be reported if commits viewed
+    assert not runner._commits.content.views()
+    assert runner._commits.handoff.steps() == [4, 8]

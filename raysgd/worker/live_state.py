@@ -11,16 +11,21 @@ acknowledge the commit before the optimizer's next step (a step pre-hook on ever
 registered optimizer), before the next batch and at the call's end
 (``raysgd.worker.handoff.CommitHandoff.settle``). Everything else (buffers, which a forward
 may change; schedulers, scaler, the operator's own state; tensors on a GPU) is copied as
-before. A local rank (in the driver) keeps its commits as Python objects, so they copy.
+before. A local rank (in the driver) keeps its commits as Python objects, so they copy. So
+does a state under ``VIEW_MIN_BYTES``: copying it costs less than the wait for the driver.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Set, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
 from raysgd.state.packing import own_copies
 from raysgd.worker.host_copy import host_copies
+
+# Below this many bytes of parameters and optimizer state a commit copies them: a copy of
+# 32 MiB takes a few milliseconds, about one round trip to the driver (the acknowledgement).
+VIEW_MIN_BYTES = 32 * 2**20
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -31,15 +36,21 @@ def _storage(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
-def step_only_storages(models: List[torch.nn.Module], optimizers: List[Any]) -> Set[int]:
-    """The storages of every parameter and every optimizer state tensor: what only an
+def _step_only(models: List[torch.nn.Module], optimizers: List[Any]):
+    """Every parameter and optimizer state tensor (a DTensor's shard): what only an
     optimizer's step writes."""
-    found = {_storage(_local(param)) for model in models for param in model.parameters()}
+    for model in models:
+        yield from (_local(param) for param in model.parameters())
     for optimizer in optimizers:
         for per_param in optimizer.state.values():
-            found.update(_storage(_local(value)) for value in per_param.values()
-                         if isinstance(value, torch.Tensor))
-    found.discard(0)  # storages without memory (empty tensors) have no address
+            yield from (_local(value) for value in per_param.values()
+                        if isinstance(value, torch.Tensor))
+
+
+def step_only_storages(models: List[torch.nn.Module], optimizers: List[Any]) -> Dict[int, int]:
+    """The storages of :func:`_step_only`'s tensors: address -> bytes."""
+    found = {_storage(t): t.untyped_storage().nbytes() for t in _step_only(models, optimizers)}
+    found.pop(0, None)  # storages without memory (empty tensors) have no address
     return found
 
 
@@ -51,6 +62,9 @@ class CopiedCommits:
 
     materialize = None  # nothing of the live state to copy later
 
+    def views(self) -> bool:
+        return False
+
     def changed(self) -> bool:
         return False
 
@@ -58,12 +72,16 @@ class CopiedCommits:
 class LiveCommits:
     """CPU parameters and optimizer state viewed, not copied (a remote rank)."""
 
-    def __init__(self):
+    def __init__(self, min_bytes: int = VIEW_MIN_BYTES):
+        self.min_bytes = min_bytes
         self._viewed: List[Tuple[torch.Tensor, int]] = []  # the last commit's, and versions
 
     def content(self, state: Any, models: list, optimizers: list) -> Any:
         storages = step_only_storages(models, optimizers)
         viewed = []
+        if sum(storages.values()) < self.min_bytes:
+            self._viewed = []
+            return host_copies(state)
 
         def view(tensor: torch.Tensor) -> bool:
             if _storage(tensor) not in storages:
@@ -74,6 +92,10 @@ class LiveCommits:
         copies = host_copies(state, view=view)
         self._viewed = viewed
         return copies
+
+    def views(self) -> bool:
+        """Whether the last commit views the live state."""
+        return bool(self._viewed)
 
     def changed(self) -> bool:
         """Whether something wrote a tensor the last commit views since it was taken; asked

@@ -41,10 +41,12 @@ class RankCommits:
         """Take the commit of ``step`` (``snapshot()``) and hand it over."""
         started = time.perf_counter()
         self._settle()
-        self.handoff.offer(step, snapshot(), self.content.materialize)
+        commit = snapshot()
+        live = self.content.views()
+        self.handoff.offer(step, commit, self.content.materialize if live else None)
         self._count += 1
         self._again = False
-        self._unchecked = step if self.content.materialize is not None else None
+        self._unchecked = step if live else None
         self._hold_s += time.perf_counter() - started
 
     def settle(self) -> None:
