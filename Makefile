@@ -23,7 +23,7 @@ COMPILE := $(PY) -m compileall -qq -j 0
 # compile them again (0.1 s each). A stale .pyc is never used: Python checks the source.
 OWN_CODE := raysgd tests bench examples operators
 
-.PHONY: install install-gpu demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos clean
+.PHONY: install install-gpu demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos bench-tax clean
 
 install: $(STAMP) $(PTL1_STAMP)
 
@@ -88,3 +88,6 @@ bench-fsdp: install
 
 bench-chaos: install
 	$(PY) -m bench.chaos
+
+bench-tax: install
+	$(PY) -m bench.tax

@@ -85,13 +85,15 @@ def _start(command: List[str], env: Dict[str, str], log) -> tuple:
     return proc, float(env[T0_ENV])
 
 
-def run_once(variant: Variant, workload: str, mode: str, timeout_s: float) -> Dict[str, Any]:
-    """Start ``variant`` once; its figures plus wall time and peak tree memory."""
+def run_once(variant: Variant, workload: str, mode: str, timeout_s: float,
+             pss: bool = False) -> Dict[str, Any]:
+    """Start ``variant`` once; its figures plus wall time and peak tree memory (with
+    ``pss``, also the peak of the tree's summed PSS, ``peak_pss_mib``)."""
     env = child_env(variant.threads)
     with tempfile.TemporaryFile("w+") as log:
         proc, t0 = _start(variant.command(workload, mode), env, log)
         timed_out = False
-        with PeakMemory(proc.pid) as peak:
+        with PeakMemory(proc.pid, pss=pss) as peak:
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -102,6 +104,8 @@ def run_once(variant: Variant, workload: str, mode: str, timeout_s: float) -> Di
         output = log.read()
     figures = parse_result(output) or {}
     run = {**figures, "wall_s": wall_s, "peak_mem_mib": peak.mib, "exit_code": proc.returncode}
+    if pss:
+        run["peak_pss_mib"] = peak.pss_mib
     run["ok"] = proc.returncode == 0 and all(run.get(k) is not None for k in FIGURES)
     if not run["ok"]:
         reason = f"timed out after {timeout_s:.0f}s" if timed_out else f"exit {proc.returncode}"

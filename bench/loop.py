@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -10,10 +11,14 @@ from bench.child import Figures
 
 
 def train_epoch(model: nn.Module, optimizer, criterion: nn.Module, loader: DataLoader,
-                on_step: Optional[Callable[[], None]] = None) -> None:
-    """One pass over ``loader``: forward, loss, backward, step; nothing else."""
+                on_step: Optional[Callable[[], None]] = None,
+                device: Optional[torch.device] = None) -> None:
+    """One pass over ``loader``: forward, loss, backward, step; nothing else (each batch
+    moved to ``device`` first, when one is given)."""
     model.train()
     for features, target in loader:
+        if device is not None:
+            features, target = features.to(device), target.to(device)
         optimizer.zero_grad(set_to_none=True)
         loss = criterion(model(features), target)
         loss.backward()
@@ -23,8 +28,10 @@ def train_epoch(model: nn.Module, optimizer, criterion: nn.Module, loader: DataL
 
 
 def run_epochs(model: nn.Module, optimizer, criterion: nn.Module, loader: DataLoader,
-               figures: Figures) -> None:
-    """First epoch (records the first step), then the steady epochs (timed)."""
+               figures: Figures, device: Optional[torch.device] = None,
+               on_epoch_end: Optional[Callable[[int], None]] = None) -> None:
+    """First epoch (records the first step), then the steady epochs (timed);
+    ``on_epoch_end(epoch)`` after each epoch, the first included, if given."""
     epochs = figures.workload.epochs
     for epoch in range(epochs):
         sampler = getattr(loader, "sampler", None)
@@ -33,5 +40,7 @@ def run_epochs(model: nn.Module, optimizer, criterion: nn.Module, loader: DataLo
         if epoch == 1:
             figures.steady_start()
         train_epoch(model, optimizer, criterion, loader,
-                    on_step=figures.step_done if epoch == 0 else None)
+                    on_step=figures.step_done if epoch == 0 else None, device=device)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
     figures.steady_end(epochs - 1)

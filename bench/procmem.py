@@ -3,11 +3,19 @@
 Uses psutil when it is installed, else reads ``/proc`` directly. Either way the
 figure is the largest observed *sum of RSS* over the tree (pages shared between
 processes count once per process), sampled every ``interval_s``.
+
+``PeakMemory(pid, pss=True)`` also samples the tree's summed *PSS* (proportional set size,
+``Pss:`` of ``/proc/PID/smaps_rollup``): a page shared by n processes counts 1/n in each,
+so shared pages (libraries, Ray's object store in ``/dev/shm``) count once over the tree.
+The kernel walks every mapped page to answer (about 15 ms per GiB resident), so PSS is read
+less often than RSS: a read starts no sooner than its predecessor's cost / ``PSS_DUTY`` after
+it (at most 5 % of one core).
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Dict, Iterable, List
 
 try:
@@ -17,6 +25,7 @@ except ImportError:  # pragma: no cover - psutil ships with Ray, but stay usable
 
 METHOD = ("psutil" if psutil else "/proc") + ": max over samples of the summed RSS of the tree"
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PSS_DUTY = 0.05  # the most of one core PeakMemory's PSS reads may take
 
 
 def _tree_rss_psutil(pid: int) -> int:
@@ -71,6 +80,26 @@ def _rss_proc(pids: Iterable[int]) -> int:
     return total
 
 
+def _pss_proc(pids: Iterable[int]) -> int:
+    """Summed PSS in bytes of ``pids`` (a process that is gone, or unreadable, counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def tree_pss(pid: int) -> int:
+    """Summed PSS in bytes of ``pid`` and its descendants right now (from ``/proc``)."""
+    return _pss_proc(_descendants(pid, _parents()))
+
+
 def tree_rss(pid: int) -> int:
     """Summed RSS in bytes of ``pid`` and its descendants right now."""
     if psutil:
@@ -79,18 +108,26 @@ def tree_rss(pid: int) -> int:
 
 
 class PeakMemory:
-    """``with PeakMemory(pid) as peak: ...``; then ``peak.mib``."""
+    """``with PeakMemory(pid) as peak: ...``; then ``peak.mib`` (and, with ``pss=True``,
+    ``peak.pss_mib``: the peak of the tree's summed PSS, read at some of the RSS samples)."""
 
-    def __init__(self, pid: int, interval_s: float = 0.2):
+    def __init__(self, pid: int, interval_s: float = 0.2, pss: bool = False):
         self.pid = pid
         self.interval_s = interval_s
         self.peak_bytes = 0
+        self.pss = pss
+        self.peak_pss_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
+        next_pss = 0.0
         while not self._stop.is_set():
             self.peak_bytes = max(self.peak_bytes, tree_rss(self.pid))
+            if self.pss and time.monotonic() >= next_pss:
+                started = time.monotonic()
+                self.peak_pss_bytes = max(self.peak_pss_bytes, tree_pss(self.pid))
+                next_pss = started + (time.monotonic() - started) / PSS_DUTY
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> "PeakMemory":
@@ -104,6 +141,10 @@ class PeakMemory:
     @property
     def mib(self) -> float:
         return self.peak_bytes / 2**20
+
+    @property
+    def pss_mib(self) -> float:
+        return self.peak_pss_bytes / 2**20
 
 
 def descendants(pid: int) -> List[int]:
@@ -121,11 +162,26 @@ def start_ticks(pid: int):
         return None
 
 
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def cpu_seconds(pids) -> float:
     """User + system CPU time of these processes (all their threads) so far, from ``/proc``."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(_cpu_ticks(pid) for pid in pids) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> Dict[int, float]:
+    """pid → user + system CPU seconds so far, for ``pid`` and each of its descendants (a
+    process gone while it was read is left out). Subtract two readings pid by pid: a process
+    started in between counts all its CPU, one that ended in between is lost."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for found in _descendants(pid, _parents()):
+        try:
+            out[found] = _cpu_ticks(found) / ticks
+        except (OSError, IndexError, ValueError):
+            pass
+    return out

@@ -27,6 +27,7 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
               "raysgd_recovery_warm")),
     "recovery": ("test_bench_recovery_smoke", "bench.recovery", ()),
     "chaos": ("test_bench_chaos_smoke", "bench.chaos", ()),
+    "tax": ("test_bench_tax_smoke", "bench.tax", ()),
     "data": ("test_bench_data_smoke", "bench.data", ()),
     "main": ("test_bench_smoke", "bench", ("--workload", "mlp")),
     "disk": ("test_bench_disk_smoke", "bench.disk", ()),

@@ -22,6 +22,19 @@ from bench.child import emit, leave_process_group
 from bench.fsdp.model import SIZES, Block, reset_peak, status_bytes
 
 
+def shard_units(model: nn.Module, unit: type, **options) -> nn.Module:
+    """``fully_shard`` every ``unit`` submodule (children before parents, siblings in order),
+    then the model as the root unit, as ``raysgd.FSDP(units=unit)`` shards."""
+    def below(module: nn.Module) -> None:
+        for child in module.children():
+            below(child)
+            if isinstance(child, unit):
+                fully_shard(child, **options)
+
+    below(model)
+    return fully_shard(model, **options)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=tuple(SIZES), default="full")
@@ -40,10 +53,7 @@ def main() -> None:
     mesh = init_device_mesh(device.type, (world,))
     bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     options = {"mesh": mesh, **({"mp_policy": bf16} if args.gpu else {})}
-    for block in model:
-        if isinstance(block, Block):
-            fully_shard(block, **options)
-    fully_shard(model, **options)
+    shard_units(model, Block, **options)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.gpu \
         else contextlib.nullcontext
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)

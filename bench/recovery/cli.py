@@ -33,7 +33,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check(run: Dict[str, Any], entry: Entry) -> Dict[str, Any]:
     """Re-judge ``run_once``'s ``ok`` by this entry's figures (and a completed, killed run)."""
-    problems = exit_and_figure_problems(run, entry.figures)
+    return check_figures(run, entry.figures)
+
+
+def check_figures(run: Dict[str, Any], figures) -> Dict[str, Any]:
+    """``check`` by a list of figures (``python -m bench.tax`` uses it too)."""
+    problems = exit_and_figure_problems(run, figures)
     if run.get("kill_error"):
         problems.append(f"kill: {run['kill_error']}")
     if "expected_final_step" in run and run.get("final_step") != run["expected_final_step"]:
