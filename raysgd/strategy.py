@@ -23,6 +23,8 @@ class DDP:
     name = "ddp"
     commit_copies = "driver"  # rank 0's full state, copied to the driver's node
     stages_disk_checkpoints = False  # the driver writes checkpoint_dir's files from commits
+    # Any rank's live state can stand in for a commit after another rank died.
+    survivors_hold_state = True
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class FSDP:
     name = "fsdp"
     commit_copies = "peers"  # each rank's shards, copied to a rank on another node
     stages_disk_checkpoints = True  # each rank writes its shards (DCP) for checkpoint_dir
+    survivors_hold_state = False  # a rank's shards are its own
 
     def __post_init__(self):
         _check_units(self.units)

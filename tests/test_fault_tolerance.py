@@ -78,6 +78,27 @@ def test_sigkill_mid_epoch_recovers_to_bitwise_equal_weights(reference, ray_cpus
         trainer.shutdown()
 
 
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_kill_redoes_only_the_batch_in_flight_from_the_survivors_state(
+        reference, ray_cpus, tmp_path, rank):
+    """Commits every 50 steps, far behind the kill: the survivor's live state, not the
+    commit, is what the run resumes from; killing rank 0 takes the full state from rank 1."""
+    trainer = make(tmp_path, every=50)
+    try:
+        kill_at_step(tmp_path, rank, 16 + 10)
+        epochs = [trainer.train()["epoch"] for _ in range(EPOCHS)]
+        stats = trainer.recovery_stats
+        assert stats.failures == 1 and stats.recoveries == 1
+        assert stats.steps_lost <= 1  # the batch in flight, not the 10 steps since step 16
+        ref_weights, ref_epochs, ref_val = reference
+        assert epochs == ref_epochs
+        for got, want in zip(weights(trainer), ref_weights):
+            assert torch.equal(got, want)
+        assert trainer.validate()["val_loss"] == ref_val
+    finally:
+        trainer.shutdown()
+
+
 @pytest.mark.parametrize("spares", [1, 0])
 def test_a_killed_rank_is_replaced_and_the_survivor_keeps_its_process(
         reference, ray_cpus, tmp_path, spares):

@@ -126,7 +126,7 @@ class Preemption:
             self._hand_over_if_draining(stopped)
         except WorkerFailedError as failure:
             self._noticed_at = None
-            self._recover(failure, 0)
+            self._recover(failure)
 
     def _hand_over_if_draining(self, stopped: bool = False) -> None:
         """Before a call (the commit is current) and after a ``train()`` that ``stopped`` at

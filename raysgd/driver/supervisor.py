@@ -128,7 +128,7 @@ class Supervisor(Preemption):
                 headers, commit = self.group.execute_pair(
                     "train_and_commit", remaining, profile, info, resume, watch=watch)
             except WorkerFailedError as failure:
-                self._recover(failure, self._steps_lost(watch))
+                self._recover(failure, self._reached(watch))
             except BaseException as error:
                 self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch),
                                 read_data=True)
@@ -165,7 +165,7 @@ class Supervisor(Preemption):
                     self._moved(self.group.snapshot(), in_epoch=False)
                 return result
             except WorkerFailedError as failure:
-                self._recover(failure, 0)
+                self._recover(failure)
             except BaseException as error:
                 self._roll_back(error, mutated=mutates)
                 raise
@@ -178,7 +178,7 @@ class Supervisor(Preemption):
         try:
             self.group.attach_data(self.capabilities)
         except WorkerFailedError as failure:
-            self._recover(failure, 0)
+            self._recover(failure)
             return
         self._moved(self.group.snapshot(), in_epoch=False)
 
@@ -193,10 +193,13 @@ class Supervisor(Preemption):
         self.group.refill_spares(avoid=self.drains.draining)
 
     # ------------------------------------------------------------- recovery
-    def _recover(self, failure: WorkerFailedError, steps_lost: int) -> None:
+    def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
+        """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
-        self.stats.steps_lost += steps_lost
         self._failed_at = time.time()
+        self._from_survivors(failure)
+        steps_lost = 0 if reached is None else max(0, reached - self.commit.step)
+        self.stats.steps_lost += steps_lost
         logger.warning("raysgd: recovering from worker failure (ranks %s), rolling back to step "
                        "%d (%d step(s) lost): %s", list(failure.ranks), self.commit.step,
                        steps_lost, failure)
@@ -222,6 +225,16 @@ class Supervisor(Preemption):
                 # The resource view can lag a lost node: try one fewer next time.
                 ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
+
+    def _from_survivors(self, failure: WorkerFailedError) -> None:
+        """Under a replicated strategy the survivors' live state, when still at the failed
+        batch's start, becomes the commit (``driver/survivors.py``): only that batch re-runs."""
+        dead = sorted({f.rank for f in failure.failures if f.died})
+        if not self.group.can_replace(dead):
+            return
+        fresh = self.group.survivor_commit(dead, self.commit)
+        if fresh is not None:
+            self._moved(fresh, in_epoch=True)
 
     def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
         """Newcomers (spares, else new processes) take the dead ranks' places while the
@@ -330,10 +343,12 @@ class Supervisor(Preemption):
     def _placeable(self, want: int) -> int:
         return self.local_ranks + self.group.placeable_workers(want=want - self.local_ranks)
 
-    def _steps_lost(self, watch: Any) -> int:
+    def _reached(self, watch: Any) -> int:
         reports = watch.monitor.reports.values()
-        reached = max((r.get("steps", 0) for r in reports), default=self.commit.step)
-        return max(0, reached - self.commit.step)
+        return max((r.get("steps", 0) for r in reports), default=self.commit.step)
+
+    def _steps_lost(self, watch: Any) -> int:
+        return max(0, self._reached(watch) - self.commit.step)
 
     def _note_recovery_time(self, first_step_wall: Optional[float]) -> None:
         if self._failed_at is None:

@@ -33,6 +33,7 @@ from raysgd.driver.health import HealthMonitor
 from raysgd.driver.pool import POOL, Crew
 from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
+from raysgd.driver.survivors import SurvivorCommits
 from raysgd.driver.replicas import commit_copies, crosses_nodes
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -46,7 +47,7 @@ logger = logging.getLogger("raysgd")
 RELEASE_S = 10.0  # how long a stopping worker may take to reset before it is killed
 
 
-class WorkerGroup(FanOut, Rejoin, Stopping):
+class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
     """Starts, drives and stops the workers of one trainer."""
 
     def __init__(self, operator_cls: type, config_for_rank: Callable[[int], dict],

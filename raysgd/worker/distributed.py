@@ -49,6 +49,15 @@ def init_single_process_group(backend: str) -> None:
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
 
+def from_rank_0(value: int, rank: RankInfo) -> int:
+    """Rank 0's ``value`` on every rank (a collective: every rank calls it at set-up)."""
+    if not (rank.distributed and dist.is_initialized()):
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
 def destroy_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -21,7 +21,7 @@ from raysgd.errors import CheckpointError, ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.sharded_dir import SHARDED_KEY
-from raysgd.worker import distributed, rng
+from raysgd.worker import distributed, rng, step_seeds
 from raysgd.worker.batches import batch_count
 from raysgd.worker.host_copy import host_copies
 from raysgd.worker.hooks import EpochCaller, call_info
@@ -33,6 +33,7 @@ from raysgd.worker.returns import call_metrics
 from raysgd.worker.staging import NoStaging, create_staging
 from raysgd.worker.stop_point import StopHere, StopPoint
 from raysgd.worker.strategy import create_strategy
+from raysgd.worker.survivor import SurvivorPoint
 from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
@@ -76,6 +77,10 @@ class WorkerRunner:
         self.first_step_wall: Optional[float] = None  # wall time of the first step after a restore
         self._staging = NoStaging()  # sharded disk checkpoints, once the operator exists
         self.stop_point = StopPoint()  # a step every rank stops at for a hand-over
+        # Whether this rank's live state is still at the last batch boundary (a survivor's
+        # state then stands in for the commit after another rank died).
+        self._survivor = SurvivorPoint()
+        self._rng_base = 0  # every step's RNG seeds derive from it (worker/step_seeds.py)
 
     # ---------------------------------------------------------------- set-up
     def create_store(self, host: str) -> int:
@@ -113,6 +118,8 @@ class WorkerRunner:
                                   "validation loader", allow_empty=True)
         self._train_epoch = EpochCaller(self.operator)
         self._commits.attach(self.operator._optimizers)
+        self._survivor.attach(strategy, self.operator._original_models, self.operator._optimizers)
+        self._rng_base = distributed.from_rank_0(step_seeds.base_from_rng(), self.rank)
         return {"has_train_loader": loaders["train"] is not None,
                 "has_validation_loader": loaders["validation"] is not None,
                 "validation_missing": None if loaders["validation"] is not None else getattr(
@@ -153,6 +160,7 @@ class WorkerRunner:
                                "train_epoch")
         self._note_first_step(iterator.done)
         self._commits.settle()  # the call's end: no commit may view what the next call changes
+        self._survivor.clear()
         result = {"epoch": self._passes.epoch, **metrics}
         if profile:
             result["profile"] = {**operator.timers.stats(), **self._commits.stats(),
@@ -229,13 +237,16 @@ class WorkerRunner:
             return None
         return self._with_own_part({**full, **self._shared_components()})
 
-    def _commit_state(self) -> Dict[str, Any]:
+    def _commit_state(self, full: bool = False) -> Dict[str, Any]:
         """A commit's content of this rank: its position, RNGs and step; its model and
         optimizer part (the strategy says which: all of it on rank 0, or its shards); on
-        rank 0 the schedulers, precision and operator state."""
+        rank 0 (or with ``full``, a replicated rank standing in for it) the schedulers,
+        precision and operator state."""
         op = self.operator
-        state = op._context.strategy.commit_state(op._original_models, op._optimizers)
-        if self.rank.world_rank == 0:
+        strategy = op._context.strategy
+        state = strategy.replica_state(op._original_models, op._optimizers) if full else \
+            strategy.commit_state(op._original_models, op._optimizers)
+        if full or self.rank.world_rank == 0:
             state.update(self._shared_components())
         return self._with_own_part(state, lambda own: self._commits.content.content(
             own, op._original_models, op._optimizers))
@@ -243,7 +254,7 @@ class WorkerRunner:
     def _shared_components(self) -> Dict[str, Any]:
         op = self.operator
         state = {"schedulers": [sched.state_dict() for sched in op._schedulers],
-                 "precision": op._context.precision.state_dict()}
+                 "precision": op._context.precision.state_dict(), "rng_base": self._rng_base}
         extra = op.state_dict()
         if extra is not None:
             state["operator"] = extra
@@ -268,6 +279,7 @@ class WorkerRunner:
         for scheduler, sched_state in zip(op._schedulers, state.get("schedulers", [])):
             scheduler.load_state_dict(sched_state)
         op.global_step = state.get("global_step", 0)
+        self._rng_base = state.get("rng_base", self._rng_base)
         op._context.precision.load_state_dict(state.get("precision") or {})
         if "operator" in state:
             op.load_state_dict(state["operator"])
@@ -338,6 +350,7 @@ class WorkerRunner:
         self._call_done_base = primary["call_done"]
         self.first_step_wall = None
         self._commits.clear()
+        self._survivor.clear()
         self.stop_point.close()
         return restarted
 
@@ -345,6 +358,32 @@ class WorkerRunner:
                     ticket: int = 0) -> Optional[Dict[str, Any]]:
         """The next in-epoch commit newer than ``after`` (the driver's long poll)."""
         return self._commits.handoff.take(after, wait_s, ticket)
+
+    def survivor_point(self) -> Dict[str, Any]:
+        """After another rank died: whether this rank's live state is still at the last
+        batch boundary (``worker/survivor.py``), and which step that is."""
+        mark = self._survivor.standing(self.operator.global_step)
+        return {"step": mark.steps if mark else None, "has_buffers": self._survivor.has_buffers,
+                "why_not": self._survivor.reason(self.operator.global_step)}
+
+    def survivor_snapshot(self, full: bool):
+        """This rank's live state at the last batch boundary (``survivor_point`` said it
+        stands there), as a commit: the header carries this rank's own part (position,
+        step, RNGs, metric meters; small); with ``full`` the snapshot holds the models,
+        optimizers and shared parts too, as rank 0's does, and rank 0's meters only."""
+        mark = self._survivor.standing(self.operator.global_step)
+        position = {"global_step": mark.global_step, **mark.position}
+        head = {"step": mark.steps, "call_done": mark.call_done,
+                "epochs_done": mark.epochs_done, "world_size": self.rank.world_size}
+        meters = copy.deepcopy(getattr(self.operator, "_meters", None))
+        own = {**head, "meters": meters,
+               "state": pack_tensors(host_copies({**position, "rng": rng.get_state()}))}
+        if not full:
+            return {**head, "own": own}, None
+        state = self._commit_state(full=True)
+        state.update(position)
+        return {**head, "own": own}, {**head, "state": pack_tensors(state),
+                                      "meters": meters if self.rank.world_rank == 0 else None}
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""
@@ -367,12 +406,16 @@ class WorkerRunner:
     def _before_batch(self, done: int) -> None:
         self._tick()
         self._note_first_step(done)
+        steps = self._passes.steps
+        step_seeds.seed_step(self._rng_base, self.rank.world_rank, steps)
         call_done = self._call_done_base + done
         if self.stop_point.at_boundary(self._passes.steps):
             raise StopHere(self.snapshot(call_done))
         if done and self._commits.due(self._passes.steps, self.commit_every):
             self._commits.offer(self._passes.steps, lambda: self.snapshot(call_done))
             self._last_progress = time.monotonic()  # waiting for the driver is not a hang
+        self._survivor.mark(steps, self._passes.state_dict, self.operator.global_step,
+                            call_done, self._passes.completed)
 
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:

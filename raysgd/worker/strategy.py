@@ -24,6 +24,8 @@ class ReplicatedStrategy:
     """Full state on every rank; ``DistributedDataParallel`` when distributed and
     ``wrap_ddp`` (else the operator synchronises gradients itself)."""
 
+    replicated = True  # any rank's models and optimizers are everyone's (worker/survivor.py)
+
     def __init__(self, rank: RankInfo, device: torch.device, wrap_ddp: bool = True):
         self.rank = rank
         self.device = device
@@ -61,13 +63,18 @@ class ReplicatedStrategy:
             return {}
         return self.full_state(models, optimizers)
 
+    def replica_state(self, models: list, optimizers: list) -> Dict[str, Any]:
+        """This rank's full models and optimizers, whichever rank it is (a survivor standing
+        in for rank 0's part of a commit)."""
+        return {"models": [model.state_dict() for model in models],
+                "optimizers": [opt.state_dict() for opt in optimizers]}
+
     def full_state(self, models: list, optimizers: list) -> Optional[Dict[str, Any]]:
         """The full, unsharded models and optimizers (``save()``'s format); rank 0 only
         (None elsewhere); may be a collective, so every rank calls it."""
         if self.rank.world_rank != 0:
             return None
-        return {"models": [model.state_dict() for model in models],
-                "optimizers": [opt.state_dict() for opt in optimizers]}
+        return self.replica_state(models, optimizers)
 
     def load(self, models: list, optimizers: list, primary: Dict[str, Any],
              sources: Sequence[Dict[str, Any]]) -> None:
