@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List
 
 from bench.launch import REPO_ROOT
-from bench.recovery.steplog import analyse, read_log
+from bench.recovery.steplog import analyse, read_log, read_setups
 from bench.workloads import get_workload
 
 QUICK_STEP_SLEEP_S = 0.05  # quick-mode steps take milliseconds: pace them like real ones
@@ -82,7 +82,7 @@ def once(tmp: str, mode: str, commit_every: int, timeout_s: float = 300.0) -> Di
     if second.returncode != 0:
         raise RuntimeError(f"the resumed driver failed: {err[-2000:]}")
     records = read_log(step_dir)
-    found = analyse(records, kill_time)
+    found = analyse(records, kill_time, read_setups(step_dir))
     # The killed driver's workers can finish a step or two before Ray reaps them:
     # the resumed run's steps are the ones from another rank-0 process.
     old_pid = [r for r in records if r[1] <= kill_time][-1][2]

@@ -24,7 +24,7 @@ from raysgd.utils import BATCH_SIZE
 from bench.child import emit
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, start_kill_run
 from bench.recovery.step_operator import StepLogOperator
-from bench.recovery.steplog import Killer, analyse, read_log
+from bench.recovery.steplog import Killer, analyse, read_log, read_setups
 
 
 def _extra(parser) -> None:
@@ -94,7 +94,7 @@ def main() -> None:
         trainer.shutdown()
     finally:
         ray.shutdown()
-    records = read_log(step_dir)
+    records, setups = read_log(step_dir), read_setups(step_dir)
     shutil.rmtree(step_dir, ignore_errors=True)
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
@@ -110,7 +110,7 @@ def main() -> None:
                "recovery_reported_s": stats.last_recovery_s,
                "steps_lost_reported": stats.steps_lost}
     if killer.kill_time is not None:
-        figures.update(analyse(records, killer.kill_time))
+        figures.update(analyse(records, killer.kill_time, setups))
     emit(figures)
 
 

@@ -23,7 +23,8 @@ from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 from bench.child import emit, set_threads
 from bench.loop import train_epoch
 from bench.recovery import RECOVERY_EPOCHS, RECOVERY_MODE, start_kill_run
-from bench.recovery.steplog import Killer, StepLog, analyse, read_log, read_pid
+from bench.recovery.steplog import (Killer, StepLog, analyse, read_log, read_pid,
+                                     read_setups)
 from bench.workloads import get_workload
 
 STATE_FILE = "state.pt"
@@ -111,7 +112,7 @@ def main() -> None:
         killer.join(timeout=1)
     finally:
         ray.shutdown()
-    records = read_log(step_dir)
+    records, setups = read_log(step_dir), read_setups(step_dir)
     shutil.rmtree(storage, ignore_errors=True)
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
@@ -122,7 +123,7 @@ def main() -> None:
                "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
                "restarts": len({pid for _, _, pid in records}) - 1}
     if killer.kill_time is not None:
-        figures.update(analyse(records, killer.kill_time))
+        figures.update(analyse(records, killer.kill_time, setups))
     emit(figures)
 
 

@@ -2,17 +2,21 @@
 
 Worker side (:class:`StepLog`): every rank writes its pid to ``pid-rank{r}``
 when it starts (a restarted worker overwrites it), and rank 0 appends one line
-``step wall_time pid`` to ``steps.log`` after every completed optimizer step.
+``step wall_time pid`` to ``steps.log`` after every completed optimizer step, and a line
+``setup wall_time pid`` each time its operator is set up (a recovery sets every rank up
+again, survivors included).
 ``step`` is the global step count after that step (1 for the first one), so a
 run resumed from a commit or checkpoint taken after ``c`` steps logs ``c + 1``
 next.
 
 Driver side (:class:`Killer`): a thread that waits until the log shows step
 ``kill_step``, then SIGKILLs one worker process and notes the wall time.
-:func:`analyse` then reads the log: the first step completed after a restore
-(a new rank-0 pid, or a step count that went back) gives the recovery time
-(kill → that step) and the steps re-run (the newest step reached before it
-minus the step it resumed from).
+:func:`analyse` then reads the log: the first step completed after a restore (after
+the first set-up that followed the kill; in a log without set-up lines, a new rank-0 pid
+or a step count that went back) gives the recovery time (kill → that step) and the steps
+re-run (the newest step reached before it minus the step it resumed from). A run that
+resumes from the survivors' state re-runs none: its rank 0 keeps its pid and its step
+count goes on, which only the set-up line tells apart from a step finished in flight.
 
 Only the standard library here: Ray workers import this module.
 """
@@ -58,30 +62,48 @@ class StepLog:
             _write(node_path(directory, rank), node)
         self._handle = open(os.path.join(directory, LOG_NAME), "a") if rank == 0 else None
         self._pid = os.getpid()
+        self._line("setup")
+
+    def _line(self, first: object) -> None:
+        if self._handle is not None:
+            self._handle.write(f"{first} {time.time():.6f} {self._pid}\n")
+            self._handle.flush()
 
     def completed(self, step: int) -> None:
         """Rank 0: ``step`` optimizer steps are done (one short line, flushed at once)."""
-        if self._handle is not None:
-            self._handle.write(f"{step} {time.time():.6f} {self._pid}\n")
-            self._handle.flush()
+        self._line(step)
+
+
+def _lines(directory: str) -> List[List[str]]:
+    try:
+        with open(os.path.join(directory, LOG_NAME)) as handle:
+            return [line.split() for line in handle.read().splitlines()]
+    except FileNotFoundError:
+        return []
 
 
 def read_log(directory: str) -> List[Record]:
-    """Every complete line of the step log, in the order written."""
-    try:
-        with open(os.path.join(directory, LOG_NAME)) as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        return []
+    """Every complete step line of the step log, in the order written."""
     records = []
-    for line in lines:
-        parts = line.split()
+    for parts in _lines(directory):
         if len(parts) == 3:
             try:
                 records.append((int(parts[0]), float(parts[1]), int(parts[2])))
             except ValueError:
-                pass  # a line cut short by SIGKILL
+                pass  # a set-up line, or a line cut short by SIGKILL
     return records
+
+
+def read_setups(directory: str) -> List[float]:
+    """The wall times of rank 0's set-ups, in the order written."""
+    times = []
+    for parts in _lines(directory):
+        if len(parts) == 3 and parts[0] == "setup":
+            try:
+                times.append(float(parts[1]))
+            except ValueError:
+                pass
+    return times
 
 
 def read_pid(directory: str, rank: int) -> int:
@@ -126,19 +148,24 @@ class Killer(threading.Thread):
         self.error = f"step {self.kill_step} not reached within {self.deadline_s:.0f}s"
 
 
-def analyse(records: List[Record], kill_time: float) -> Dict[str, Optional[float]]:
+def analyse(records: List[Record], kill_time: float,
+            setups: Optional[List[float]] = None) -> Dict[str, Optional[float]]:
     """Recovery time and steps re-run, from the step log and the kill's wall time.
 
-    The first step completed after the restore is the first record after
-    ``kill_time`` that comes from another rank-0 process than the one running at
-    the kill, or whose step count is not above the previous record's.
+    The first step completed after the restore is the first record after the first
+    set-up that followed ``kill_time`` (``setups``: :func:`read_setups`); without set-up
+    lines, the first record after ``kill_time`` that comes from another rank-0 process
+    than the one running at the kill, or whose step count is not above the previous
+    record's.
     """
     before = [r for r in records if r[1] <= kill_time]
     old_pid = before[-1][2] if before else None
     previous = before[-1][0] if before else 0
     reached = previous
+    set_up = next((wall for wall in setups or () if wall > kill_time), None)
     for step, wall, pid in records[len(before):]:
-        if pid != old_pid or step <= previous:
+        restored = wall > set_up if set_up is not None else pid != old_pid or step <= previous
+        if restored:
             return {"recovery_s": wall - kill_time, "resumed_from_step": step - 1,
                     "last_step_before_restore": reached, "steps_rerun": reached - (step - 1)}
         previous = reached = step  # the old rank 0 finished a step already in flight

@@ -1,0 +1,31 @@
+"""The recovery benchmarks' step log: finding the first step after a restore. No Ray."""
+from bench.recovery.steplog import StepLog, analyse, read_log, read_setups
+
+
+def test_a_resume_from_the_survivors_state_is_found_by_its_set_up_line():
+    # rank 0 keeps its pid and its step count goes on: only the set-up line marks the restore
+    records = [(step, float(step), 7) for step in range(1, 6)] + [(6, 9.0, 7), (7, 10.0, 7)]
+    found = analyse(records, kill_time=5.5, setups=[0.5, 8.0])
+    assert found["resumed_from_step"] == 5 and found["steps_rerun"] == 0
+    assert found["recovery_s"] == 9.0 - 5.5
+
+
+def test_a_step_finished_in_flight_after_the_kill_counts_as_reached():
+    records = [(1, 1.0, 7), (2, 2.0, 7), (3, 3.5, 7), (3, 9.0, 7), (4, 10.0, 7)]
+    found = analyse(records, kill_time=3.0, setups=[0.5, 8.0])
+    assert found["last_step_before_restore"] == 3 and found["resumed_from_step"] == 2
+    assert found["steps_rerun"] == 1
+
+
+def test_without_set_up_lines_a_new_pid_or_a_step_going_back_marks_the_restore():
+    records = [(1, 1.0, 7), (2, 2.0, 7), (3, 3.0, 7), (2, 9.0, 8), (3, 10.0, 8)]
+    found = analyse(records, kill_time=3.5)
+    assert found["resumed_from_step"] == 1 and found["steps_rerun"] == 2
+
+
+def test_set_up_lines_do_not_read_as_steps(tmp_path):
+    log = StepLog(str(tmp_path), 0)
+    log.completed(1)
+    StepLog(str(tmp_path), 0).completed(2)
+    assert [step for step, _, _ in read_log(str(tmp_path))] == [1, 2]
+    assert len(read_setups(str(tmp_path))) == 2
