@@ -87,6 +87,10 @@ class FakeWorkerGroup:
     def can_replace(self, ranks):
         return False  # no spares: recovery always starts a new group here
 
+    def survivor_commit(self, dead, commit):
+        self.calls.append(("survivor_commit", (dead, commit.step)))
+        return None  # the survivors' state moved: the commit is restored
+
     def refill_spares(self, avoid=()):
         pass
 
@@ -270,6 +274,28 @@ def test_spares_take_a_dead_rank_in_place_and_the_group_stays(monkeypatch):
     assert first.calls[-1][1][-1] is False  # a whole pass again: the commit's step is 0
     stats = trainer.recovery_stats
     assert (stats.failures, stats.recoveries, stats.num_workers) == (1, 1, 2)
+
+
+def test_the_survivors_newer_state_becomes_the_commit_that_every_rank_restores(monkeypatch):
+    from types import SimpleNamespace
+
+    from raysgd.state.commit import Commit
+
+    trainer, first = make(config={BATCH_SIZE: 64})
+    fresh = Commit(7, 7, 2, ["from rank 0", "newcomer"])
+    monkeypatch.setattr(first, "can_replace", lambda ranks: list(ranks) == [1], raising=False)
+    monkeypatch.setattr(first, "replace", lambda ranks, avoid=(): [dict(first.capabilities)] * 2,
+                        raising=False)
+    monkeypatch.setattr(first, "survivor_commit", lambda dead, commit: fresh, raising=False)
+    reports = {0: {"steps": 8}, 1: {"steps": 8}}  # the batch of step 8 was in flight
+    monkeypatch.setattr(first, "watch", lambda *a, **k: SimpleNamespace(
+        monitor=SimpleNamespace(reports=reports)), raising=False)
+    FakeWorkerGroup.train_script[:] = [died(1), [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2]
+    trainer.train()
+    restores = [call[1][0] for call in first.calls if call[0] == "restore"]
+    assert restores == [fresh]
+    assert first.calls[-1] == ("train_epoch", (None, False, None, True))  # resumed mid-call
+    assert trainer.recovery_stats.steps_lost == 1  # counted from the survivors' step 7
 
 
 def test_a_failed_replacement_falls_back_to_a_new_group_in_the_same_attempt(monkeypatch):
