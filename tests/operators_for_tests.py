@@ -66,6 +66,36 @@ class LinearOperator(TrainingOperator):
         self.loaded_note = state["note"]
 
 
+class PeerDied(RuntimeError):
+    """Stands for the DistError a survivor sees when a peer dies in a collective."""
+
+
+class DropoutOperator(LinearOperator):
+    """Draws from torch, numpy and python RNGs every batch, so resume must restore them. With
+    ``fail_at`` set, the batch of that global step dies after its backward, before its step
+    (where DDP's all-reduce fails when a peer died)."""
+
+    fail_at = None
+
+    def setup(self, config):
+        super().setup(config)
+        self.dropout = nn.Dropout(0.5)
+
+    def train_batch(self, batch, batch_info):
+        import random
+
+        features, target = batch
+        noise = float(np.random.rand()) + random.random()
+        output = self.model(self.dropout(features) + noise * 0.01)
+        loss = self.criterion(output, target)
+        self.optimizer.zero_grad()
+        self.backward(loss)
+        if batch_info["global_step"] == self.fail_at:
+            raise PeerDied("the all-reduce lost a peer")
+        self.step(self.optimizer)
+        return {"train_loss": loss.item(), "num_samples": target.size(0)}
+
+
 class UnevenOperator(TrainingOperator):
     """Rank r holds (r + 1) * 10 samples of a constant loss r, batch 10, no sampler."""
 
@@ -235,7 +265,10 @@ class FaultyOperator(TrainingOperator):
         g = torch.Generator().manual_seed(1)
         x = torch.randn(config.get("data_size", 512), 8, generator=g)
         y = (x.sum(dim=1, keepdim=True) > 0).float()
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))
+        # batch norm: buffers every forward writes (a survivor's state then moved mid-batch)
+        norm = [nn.BatchNorm1d(16)] if config.get("batchnorm") else []
+        model = nn.Sequential(nn.Linear(8, 16), *norm, nn.ReLU(), nn.Dropout(0.2),
+                              nn.Linear(16, 1))
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         self.model, self.optimizer, self.criterion = self.register(
             models=model, optimizers=optimizer, criterion=nn.BCEWithLogitsLoss())

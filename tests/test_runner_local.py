@@ -4,7 +4,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from operators_for_tests import GANOperator, LegacyEpochOperator, LinearOperator, NoRegisterOperator
+from operators_for_tests import (DropoutOperator, GANOperator, LegacyEpochOperator, LinearOperator,
+                                 NoRegisterOperator)
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.torch import TrainingOperator
@@ -264,28 +265,6 @@ def test_loss_creator_may_take_config():
     assert isinstance(runner.operator.criterion, nn.L1Loss)
     assert runner.operator.validation_loader is None
     assert runner.train_epoch()["batch_count"] == 4
-
-
-class DropoutOperator(LinearOperator):
-    """Draws from torch, numpy and python RNGs every batch, so resume must restore them."""
-
-    def setup(self, config):
-        super().setup(config)
-        self.dropout = nn.Dropout(0.5)
-
-    def train_batch(self, batch, batch_info):
-        import random
-
-        import numpy as np
-
-        features, target = batch
-        noise = float(np.random.rand()) + random.random()
-        output = self.model(self.dropout(features) + noise * 0.01)
-        loss = self.criterion(output, target)
-        self.optimizer.zero_grad()
-        self.backward(loss)
-        self.step(self.optimizer)
-        return {"train_loss": loss.item(), "num_samples": target.size(0)}
 
 
 def test_commit_mid_call_and_resume_gives_identical_weights_and_metrics():

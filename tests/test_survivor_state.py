@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from operators_for_tests import LinearOperator
+from operators_for_tests import DropoutOperator, PeerDied
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.driver.survivors import choose_source
 from raysgd.utils import BATCH_SIZE
@@ -19,37 +19,10 @@ from raysgd.worker.runner import WorkerRunner
 from raysgd.worker.survivor import SurvivorPoint
 
 
-class PeerDied(RuntimeError):
-    """Stands for the DistError a survivor sees when a peer dies in a collective."""
-
-
-class NoisyOperator(LinearOperator):
-    """Draws from torch (dropout), NumPy and Python every batch; with ``fail_at`` set, the
-    batch of that global step dies after its backward, before its step."""
-
-    fail_at = None
-
-    def setup(self, config):
-        super().setup(config)
-        self.dropout = nn.Dropout(0.5)
-
-    def train_batch(self, batch, batch_info):
-        features, target = batch
-        noise = float(np.random.rand()) + random.random()
-        output = self.model(self.dropout(features) + noise * 0.01)
-        loss = self.criterion(output, target)
-        self.optimizer.zero_grad()
-        self.backward(loss)
-        if batch_info["global_step"] == self.fail_at:
-            raise PeerDied("the all-reduce lost a peer")
-        self.step(self.optimizer)
-        return {"train_loss": loss.item(), "num_samples": target.size(0)}
-
-
 CONFIG = {BATCH_SIZE: 50, "shuffle": True}
 
 
-def make_runner(cls=NoisyOperator, config=CONFIG):
+def make_runner(cls=DropoutOperator, config=CONFIG):
     runner = WorkerRunner(cls, dict(config), WorkerSettings(), RankInfo())
     runner.setup_operator()
     return runner
