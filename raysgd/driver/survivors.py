@@ -29,15 +29,15 @@ ASK_TIMEOUT_S = 30.0
 
 def choose_source(dead: Sequence[int], points: Dict[int, dict]) -> Optional[int]:
     """The survivor whose full state stands in for rank 0's, or None (the reason logged)."""
+    if 0 in dead and any(point["has_buffers"] for point in points.values()):
+        logger.info("raysgd: rank 0 died and its models hold buffers, which no other rank "
+                    "holds as rank 0 had them; restoring the commit")
+        return None
     steps = {point["step"] for point in points.values()}
     if None in steps or len(steps) != 1:
         why = next((p["why_not"] for p in points.values() if p["step"] is None), None) or \
             f"the survivors stand at different steps {sorted(steps)}"
         logger.info("raysgd: the survivors' state cannot replace the commit: %s", why)
-        return None
-    if 0 in dead and any(point["has_buffers"] for point in points.values()):
-        logger.info("raysgd: rank 0 died and its models hold buffers, which no other rank "
-                    "holds as rank 0 had them; restoring the commit")
         return None
     return min(points)
 
