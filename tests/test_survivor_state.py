@@ -83,10 +83,10 @@ def test_a_step_or_a_finished_batch_moves_the_state_past_the_mark():
     runner = make_runner()
     runner.train_epoch(num_steps=3)
     assert runner.survivor_point()["step"] is None  # the call ended: no batch under way
-    runner._survivor.mark(3, runner._passes.state_dict, runner.operator.global_step, 3, 0)
+    runner._survivor.mark(3, runner._passes.state_dict, runner.operator.global_step, 3)
     runner.operator.optimizer.step()
     assert "optimizer stepped" in runner.survivor_point()["why_not"]
-    runner._survivor.mark(3, runner._passes.state_dict, runner.operator.global_step, 3, 0)
+    runner._survivor.mark(3, runner._passes.state_dict, runner.operator.global_step, 3)
     runner.operator.global_step += 1
     assert "finished" in runner.survivor_point()["why_not"]
 
@@ -97,7 +97,7 @@ def test_a_buffer_written_in_the_batch_moves_the_state_past_the_mark():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     runner = make_runner()
     point.attach(runner.operator._context.strategy, [model], [optimizer])
-    point.mark(0, dict, 0, 0, 0)
+    point.mark(0, dict, 0, 0)
     assert point.reason(0) is None and point.has_buffers
     model(torch.randn(4, 2))  # batch norm updates its running statistics
     assert "buffer" in point.reason(0)

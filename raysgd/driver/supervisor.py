@@ -62,6 +62,10 @@ class RecoveryStats:
         return self.recovery_times_s[-1] if self.recovery_times_s else None
 
 
+def _dead_ranks(failure: WorkerFailedError) -> List[int]:
+    return sorted({f.rank for f in failure.failures if f.died})
+
+
 class Supervisor(Preemption):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
@@ -229,7 +233,7 @@ class Supervisor(Preemption):
     def _from_survivors(self, failure: WorkerFailedError) -> None:
         """Under a replicated strategy the survivors' live state, when still at the failed
         batch's start, becomes the commit (``driver/survivors.py``): only that batch re-runs."""
-        dead = sorted({f.rank for f in failure.failures if f.died})
+        dead = _dead_ranks(failure)
         if not self.group.can_replace(dead):
             return
         fresh = self.group.survivor_commit(dead, self.commit)
@@ -240,7 +244,7 @@ class Supervisor(Preemption):
         """Newcomers (spares, else new processes) take the dead ranks' places while the
         survivors stay: None when they did. Otherwise the group is stopped and the policy's
         decision for starting a new one is returned."""
-        dead = sorted({f.rank for f in failure.failures if f.died})
+        dead = _dead_ranks(failure)
         if not self.group.can_replace(dead):
             self.group.shutdown(force=True)
             return self.policy.on_failure(self._placeable(previous))

@@ -311,8 +311,7 @@ class WorkerRunner(RunnerState):
         if done and self._commits.due(self._passes.steps, self.commit_every):
             self._commits.offer(self._passes.steps, lambda: self.snapshot(call_done))
             self._last_progress = time.monotonic()  # waiting for the driver is not a hang
-        self._survivor.mark(steps, self._passes.state_dict, self.operator.global_step,
-                            call_done, self._passes.completed)
+        self._survivor.mark(steps, self._passes.state_dict, self.operator.global_step, call_done)
 
     def _note_first_step(self, done: int) -> None:
         if done and self.first_step_wall is None:

@@ -96,8 +96,9 @@ class RunnerState:
         """After another rank died: whether this rank's live state is still at the last
         batch boundary (``worker/survivor.py``), and which step that is."""
         mark = self._survivor.standing(self.operator.global_step)
+        why_not = None if mark else self._survivor.reason(self.operator.global_step)
         return {"step": mark.steps if mark else None, "has_buffers": self._survivor.has_buffers,
-                "why_not": self._survivor.reason(self.operator.global_step)}
+                "why_not": why_not}
 
     def survivor_snapshot(self, full: bool):
         """This rank's live state at the last batch boundary (``survivor_point`` said it
@@ -106,8 +107,10 @@ class RunnerState:
         optimizers and shared parts too, as rank 0's does, and rank 0's meters only."""
         mark = self._survivor.standing(self.operator.global_step)
         position = {"global_step": mark.global_step, **mark.position}
+        at = mark.position  # passes finished there: Passes.completed's rule
+        epochs_done = at["epoch"] if at["pass_done"] else at["epoch"] - 1
         head = {"step": mark.steps, "call_done": mark.call_done,
-                "epochs_done": mark.epochs_done, "world_size": self.rank.world_size}
+                "epochs_done": epochs_done, "world_size": self.rank.world_size}
         meters = copy.deepcopy(getattr(self.operator, "_meters", None))
         own = {**head, "meters": meters,
                "state": pack_tensors(host_copies({**position, "rng": rng.get_state()}))}

@@ -37,7 +37,6 @@ class BatchMark:
     position: Dict[str, Any]  # Passes.state_dict() there
     global_step: int
     call_done: int
-    epochs_done: int
     optimizer_steps: int
     buffer_versions: int
 
@@ -80,10 +79,10 @@ class SurvivorPoint:
         return sum(buf._version for buf in self._buffers)
 
     def mark(self, steps: int, position: Callable[[], Dict[str, Any]], global_step: int,
-             call_done: int, epochs_done: int) -> None:
+             call_done: int) -> None:
         """A batch boundary of ``train()``: ``steps`` batches done."""
         if self.why_not is None:
-            self._mark = BatchMark(steps, position(), global_step, call_done, epochs_done,
+            self._mark = BatchMark(steps, position(), global_step, call_done,
                                    self._optimizer_steps, self._buffer_versions())
 
     def clear(self) -> None:
