@@ -6,9 +6,15 @@ after the other, which leaves a core of this 2-core machine idle; two of them
 side by side fill it. A :class:`Batch` holds a module's (or the session's) runs:
 the first ``result(name)`` starts them all, longest first, and each test waits
 for its own run and asserts on it what it asserted when it ran the script
-itself. Only runs with a Ray of their own (no ``ray start`` cluster: those a
-local ``ray.init()`` could join) go in a batch, and only tests that wait for
-nothing else; the rest of the suite does not run beside them.
+itself.
+
+A batch may also start narrower (``start(width=1)``): the session's benchmark
+runs start so at the session's start, one at a time beside the rest of the
+suite, and widen to ``PARALLEL`` once a test waits for one of them (their
+smoke tests run last, when nothing else is left). Such runs get an environment
+of their own (``env``, taken before any test changed ``os.environ``) and a Ray
+temporary directory of their own (``RAY_TMPDIR``), so neither joins the other's
+cluster through ``ray_current_cluster``.
 """
 from __future__ import annotations
 
@@ -26,19 +32,51 @@ class Batch:
     """Named jobs (``job(batch)`` → anything), run on ``PARALLEL`` threads in the given
     order once the first result is asked for; ``Batch.run`` starts their processes."""
 
-    def __init__(self, jobs: Dict[str, Callable[["Batch"], Any]], parallel: int = PARALLEL):
+    def __init__(self, jobs: Dict[str, Callable[["Batch"], Any]], parallel: int = PARALLEL,
+                 env: Optional[Dict[str, str]] = None):
         self._jobs = dict(jobs)
+        self._parallel = parallel
+        self.env = env  # the runs' environment (None: this process's at each start)
         self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="background")
         self._lock = threading.Lock()
         self._futures: Dict[str, Future] = {}
         self._running: List[subprocess.Popen] = []
         self._closed = False
+        # Lanes: at most ``_width`` jobs run at once, in the order they were submitted.
+        self._lanes = threading.Condition(self._lock)
+        self._width = 0
+        self._busy = 0
+        self._next = 0  # the index of the next job to take a lane
 
-    def start(self) -> None:
+    def start(self, width: Optional[int] = None) -> None:
+        """Submit every job; ``width`` of them run at once (default ``parallel``; a started
+        batch only ever widens)."""
         with self._lock:
             for name, job in self._jobs.items():
                 if name not in self._futures:
-                    self._futures[name] = self._pool.submit(job, self)
+                    index = len(self._futures)
+                    self._futures[name] = self._pool.submit(self._in_lane, index, job)
+            self._widen(self._parallel if width is None else width)
+
+    def _widen(self, width: int) -> None:
+        self._width = max(self._width, min(width, self._parallel))
+        self._lanes.notify_all()
+
+    def _in_lane(self, index: int, job: Callable[["Batch"], Any]) -> Any:
+        with self._lanes:
+            self._lanes.wait_for(lambda: self._closed or (
+                self._next == index and self._busy < self._width))
+            if self._closed:
+                raise RuntimeError("the batch was closed before this run started")
+            self._next += 1
+            self._busy += 1
+            self._lanes.notify_all()
+        try:
+            return job(self)
+        finally:
+            with self._lanes:
+                self._busy -= 1
+                self._lanes.notify_all()
 
     @property
     def started(self) -> bool:
@@ -65,6 +103,7 @@ class Batch:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the batch was closed before this run started")
+            kwargs.setdefault("env", self.env)
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True, **kwargs)
             self._running.append(proc)
@@ -83,6 +122,7 @@ class Batch:
         """Kill what still runs (a session cut short); jobs not started yet never start."""
         with self._lock:
             self._closed = True
+            self._lanes.notify_all()
             running = list(self._running)
         for proc in running:
             _kill_group(proc)

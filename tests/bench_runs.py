@@ -1,16 +1,21 @@
 """The benchmarks' quick runs that their smoke tests check.
 
 The smoke tests of the benchmarks in ``QUICK_RUNS`` take theirs from the
-session's ``bench_quick`` fixture (``conftest.py``, a :class:`background.Batch`):
-the first of them to ask starts every quick run that this session's smoke tests
-will ask for, two at a time, and each test waits for its own. Each run is
-``python -m ... --quick --out PATH`` from the repository root.
+session's ``bench_quick`` fixture (``conftest.py``, a :class:`background.Batch`).
+The session starts every quick run that its smoke tests will ask for as soon as
+it has collected them, one at a time beside the rest of the suite; the smoke
+tests run last, and the first of them to ask widens the batch to two at a time;
+each test waits for its own. Each run is ``python -m ... --quick --out PATH``
+from the repository root, in the environment the session started with and with
+a Ray temporary directory of its own (``background``).
 """
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Dict, Iterable, Tuple
 
 from background import Batch
@@ -53,22 +58,32 @@ class QuickRun:
             return json.load(handle)
 
 
+def smoke_modules() -> set:
+    """The test modules whose smoke tests wait for a quick run."""
+    return {test_module for test_module, _, _ in QUICK_RUNS.values()}
+
+
 def _quick(name: str, out_dir: str, batch: Batch) -> QuickRun:
     _, module, args = QUICK_RUNS[name]
     out = os.path.join(out_dir, f"{name}.json")
+    # Short: Ray's socket paths under it must stay within the OS's limit (107 bytes).
+    ray_tmp = tempfile.mkdtemp(prefix="rbq-", dir="/tmp")
     try:
         proc = batch.run([sys.executable, "-m", module, *args, "--quick", "--out", out],
-                         timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+                         timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT,
+                         env={**(batch.env or os.environ), "RAY_TMPDIR": ray_tmp})
     except subprocess.TimeoutExpired as exc:
         proc = subprocess.CompletedProcess(exc.cmd, None, exc.stdout or "",
                                            (exc.stderr or "") + f"\nkilled after {exc.timeout} s")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     return QuickRun(proc, out)
 
 
 def quick_runs(out_dir: str, test_modules: Iterable[str]) -> Batch:
     """The quick runs the smoke tests among ``test_modules`` ask for; their JSON in
-    ``out_dir``."""
+    ``out_dir``; their environment this process's now (a test may change it later)."""
     selected = set(test_modules)
     return Batch({name: functools.partial(_quick, name, out_dir)
                   for name, (test_module, _, _) in QUICK_RUNS.items()
-                  if test_module in selected})
+                  if test_module in selected}, env=dict(os.environ))

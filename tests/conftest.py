@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -66,17 +68,49 @@ def trainer_factory(ray_cpus):
         trainer.shutdown()
 
 
-@pytest.fixture(scope="session")
-def bench_quick(request, tmp_path_factory):
-    """The benchmarks' quick runs (``bench_runs.quick_runs``) of this session's smoke tests,
-    two at a time from the first one's start; ``bench_quick.result(name, timeout)``."""
-    from bench_runs import quick_runs
+def _module(item) -> str:
+    return os.path.splitext(os.path.basename(str(item.fspath)))[0]
 
-    modules = {os.path.splitext(os.path.basename(str(item.fspath)))[0]
-               for item in request.session.items}
-    runs = quick_runs(str(tmp_path_factory.mktemp("bench-quick")), modules)
-    yield runs
-    runs.close()
+
+_BENCH_QUICK = pytest.StashKey()  # (the session's quick runs, the folder of their JSON)
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(session, config, items):
+    """The benchmarks' smoke tests run last: their quick runs go on beside everything
+    before them (``pytest_collection_finish``), and the suite waits for them at the end."""
+    from bench_runs import smoke_modules
+
+    smoke = smoke_modules()
+    items.sort(key=lambda item: _module(item) in smoke)  # stable: the order is kept otherwise
+
+
+def pytest_collection_finish(session):
+    """Start the quick runs that the collected smoke tests will ask for, one at a time, as
+    the session starts (``bench_runs``); the first smoke test widens them to two."""
+    from bench_runs import quick_runs, smoke_modules
+
+    modules = {_module(item) for item in session.items}
+    if session.config.option.collectonly or not modules & smoke_modules():
+        return
+    out_dir = tempfile.mkdtemp(prefix="raysgd-bench-quick-")
+    runs = quick_runs(out_dir, modules)
+    runs.start(width=1)
+    session.config.stash[_BENCH_QUICK] = (runs, out_dir)
+
+
+def pytest_sessionfinish(session):
+    runs, out_dir = session.config.stash.get(_BENCH_QUICK, (None, None))
+    if runs is not None:
+        runs.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def bench_quick(request):
+    """The benchmarks' quick runs of this session's smoke tests (``bench_runs.quick_runs``),
+    started with the session; ``bench_quick.result(name, timeout)``."""
+    return request.config.stash[_BENCH_QUICK][0]
 
 
 @pytest.fixture(scope="session")
