@@ -23,7 +23,7 @@ COMPILE := $(PY) -m compileall -qq -j 0
 # compile them again (0.1 s each). A stale .pyc is never used: Python checks the source.
 OWN_CODE := raysgd tests bench examples operators
 
-.PHONY: install install-gpu demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos bench-tax clean
+.PHONY: install install-gpu demo test test-fast bench bench-quick bench-gpu bench-disk bench-warm bench-data bench-fsdp bench-chaos bench-tax docs clean
 
 install: $(STAMP) $(PTL1_STAMP)
 
@@ -62,8 +62,12 @@ test-fast: install
 	$(PY) -m pytest -q -m "not slow" tests
 
 
+# The documentation site, from docs/ and the docstrings, into site/ (git ignores it).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build
+
 clean:
-	rm -rf $(VENV) $(PTL1) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(PTL1) *.egg-info .pytest_cache site
 
 bench: install
 	$(PY) -m bench

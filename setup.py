@@ -1,5 +1,7 @@
 from setuptools import find_packages, setup
 
+DOCS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings-python>=1.10"]
+
 setup(
     name="raysgd",
     version="0.1.0",
@@ -27,8 +29,10 @@ setup(
         "mlflow": ["mlflow-skinny"],
         "wandb": ["wandb"],
         "plot": ["matplotlib"],
+        # The documentation site (`make docs`; `make test` builds it strictly).
+        "docs": DOCS,
         "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9", "moto[server]",
                  "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
-                 "matplotlib"],
+                 "matplotlib", *DOCS],
     },
 )

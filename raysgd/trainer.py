@@ -43,8 +43,8 @@ class TorchTrainer:
 
     ``train()`` and ``validate()`` run one pass on every worker and return
     metrics averaged over batches and workers (weighted by samples). Worker
-    failures are recovered from the last commit (see the README's "Fault
-    tolerance"); exceptions raised by your own code are not retried.
+    failures are recovered from the last commit (see
+    docs/guides/fault-tolerance.md); exceptions raised by your own code are not retried.
     """
 
     def __init__(self, training_operator_cls: Optional[type] = None, *,

@@ -8,7 +8,7 @@ The package itself is the legacy ``ray.util.sgd.data``: ``Dataset`` for
 
 Ray 1.12 streamed it through ``ray.util.iter``, which Ray removed in 2.0; here it
 is built on Ray Data and split across the workers like ``TorchTrainer(datasets=...)``
-(see the README, "Ray Data input").
+(see docs/guides/ray-data.md).
 """
 from raysgd.data.dataset import Dataset
 
