@@ -59,7 +59,8 @@ def blocks(page: str) -> List[Block]:
     with open(page, encoding="utf-8") as handle:
         lines = handle.read().splitlines()
     found, marks_used = [], set()
-    for start, end, language in _fences(lines):
+    fences = list(_fences(lines))
+    for start, end, language in fences:
         if language not in ("python", "py"):
             continue
         above = start - 1
@@ -76,15 +77,11 @@ def blocks(page: str) -> List[Block]:
         found.append(Block(page, start + 1, code, why))
     for index, line in enumerate(lines):
         if LOOSE_MARK.search(line) and index not in marks_used and "```" not in line:
-            if not _in_fence(lines, index):
+            if not any(start < index < end for start, end, _ in fences):
                 raise MarkError(f"{page}:{index + 1}: a docs-test comment must be "
                                 "'<!-- docs-test: skip (reason) -->' right above a ```python "
                                 "fence")
     return found
-
-
-def _in_fence(lines: List[str], index: int) -> bool:
-    return any(start < index < end for start, end, _ in _fences(lines))
 
 
 def script(page_blocks: List[Block]) -> str:

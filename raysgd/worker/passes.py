@@ -37,6 +37,12 @@ def _known_length(loader: Any) -> Optional[int]:
         return None
 
 
+def completed_at(epoch: int, pass_done: bool) -> int:
+    """Passes finished at a position (``epoch`` and ``pass_done`` of ``Passes.state_dict()``):
+    ``epoch``, less one while that pass is under way."""
+    return epoch if pass_done else epoch - 1
+
+
 class _Peekable:
     """An iterator that knows it is done before the next ``next()``: a stream's pass
     then ends exactly at its last batch, so a commit taken there says "pass done"."""
@@ -96,8 +102,8 @@ class Passes:
 
     @property
     def completed(self) -> int:
-        """Passes finished: ``epoch``, less one while a pass is under way."""
-        return self.epoch if self._exhausted() else self.epoch - 1
+        """Passes finished: ``completed_at`` the current position."""
+        return completed_at(self.epoch, self._exhausted())
 
     @property
     def replayable(self) -> bool:

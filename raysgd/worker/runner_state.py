@@ -12,6 +12,7 @@ from raysgd.state.packing import pack_tensors
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import rng
 from raysgd.worker.host_copy import host_copies
+from raysgd.worker.passes import completed_at
 
 
 class RunnerState:
@@ -107,10 +108,10 @@ class RunnerState:
         optimizers and shared parts too, as rank 0's does, and rank 0's meters only."""
         mark = self._survivor.standing(self.operator.global_step)
         position = {"global_step": mark.global_step, **mark.position}
-        at = mark.position  # passes finished there: Passes.completed's rule
-        epochs_done = at["epoch"] if at["pass_done"] else at["epoch"] - 1
+        at = mark.position
         head = {"step": mark.steps, "call_done": mark.call_done,
-                "epochs_done": epochs_done, "world_size": self.rank.world_size}
+                "epochs_done": completed_at(at["epoch"], at["pass_done"]),
+                "world_size": self.rank.world_size}
         meters = copy.deepcopy(getattr(self.operator, "_meters", None))
         own = {**head, "meters": meters,
                "state": pack_tensors(host_copies({**position, "rng": rng.get_state()}))}

@@ -16,8 +16,8 @@ checks against a mark it takes at every batch boundary:
 
 The operator's own ``state_dict`` is handed over as the survivor holds it, like the
 schedulers and the scaler, which move only with an optimizer step: code that changes it in
-``train_batch`` before the step would count the failed batch twice (the fault-tolerance
-guide's rules say so: docs/guides/fault-tolerance.md). Declined, so the driver restores the commit as before, for a
+``train_batch`` before the step would count the failed batch twice (the rule is in
+docs/guides/fault-tolerance.md). Declined, so the driver restores the commit as before, for a
 sharded strategy (a rank's shards are its own) and an optimizer that is not a
 ``torch.optim.Optimizer`` (its steps cannot be counted).
 """
