@@ -29,10 +29,10 @@ from raysgd.utils import BATCH_SIZE  # noqa: E402
 
 STEPS = 32  # per epoch
 CALLS = (None, 3 * STEPS, None)  # train(num_steps=...) of each call
-# Real notices give 30 s (GCE) to 2 min (AWS); 6 s was missed once on a loaded machine (the
-# suite's benchmark runs beside it): the ranks, at 0.35 s a step, agreed on a step the node
-# did not live to see.
-DEADLINE_S = 12
+# Real notices give 30 s (GCE) to 2 min (AWS). On a machine loaded by the suite's benchmark
+# runs, 6 s was missed once (ranks at 0.35 s a step agreed on a step the node did not live
+# to see) and 12 s was won by under a step once (`ray drain-node` itself took seconds).
+DEADLINE_S = 20
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 
 

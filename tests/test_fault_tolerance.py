@@ -221,11 +221,12 @@ def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(tm
     assert seen["epochs"] == seen["ref_epochs"]
     assert seen["same_weights"]
     assert seen["nodes_after"] != [seen["drained"]] and len(seen["nodes_after"]) == 1
-    # Stopped inside the long second call (steps 33-128), after the notice, not at its end.
+    # Stopped inside the long second call (steps 33-128), after the notice, not at its end;
+    # no failure counted: the ranks left before the node went (whose removal may race the
+    # handover's last moments on a loaded machine, so its step is not compared).
     stop, = seen["stopped_at"]
     step = int(stop.split("at step ")[1].split()[0])
     assert seen["drained_at_step"] <= step < 128, seen
-    assert seen["removed_at_step"] > step
     # Then a node lost with rank 1, another node having room: rank 0 stays, rank 1 restarts
     # where Ray placed its bundle anew, no resize, and the weights are an unfaulted run's.
     lost = seen["lost_node"]
