@@ -30,11 +30,19 @@ QUICK_RUNS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
     "warm": ("test_bench_warm_smoke", "bench.warm",
              ("--variants", "second_reuse", "second_noreuse", "tune_raysgd", "tune_raytrain",
               "raysgd_recovery_warm")),
-    "recovery": ("test_bench_recovery_smoke", "bench.recovery", ()),
+    # Variants that only run the same code with another setting (spare_workers=0, another
+    # commit interval) are left to the full runs: the suite's CPU time is its bar.
+    "recovery": ("test_bench_recovery_smoke", "bench.recovery",
+                 ("--variants", "raysgd_recovery", "raysgd_recovery_nospare", "raytrain_recovery",
+                  "raysgd_preempt", "raytrain_preempt", "raysgd_commit_none",
+                  "raysgd_commit_default")),
     "chaos": ("test_bench_chaos_smoke", "bench.chaos", ()),
     "tax": ("test_bench_tax_smoke", "bench.tax", ()),
-    "data": ("test_bench_data_smoke", "bench.data", ()),
-    "main": ("test_bench_smoke", "bench", ("--workload", "mlp")),
+    "data": ("test_bench_data_smoke", "bench.data",
+             ("--variants", "raysgd_raydata", "raysgd_loader", "raytrain_raydata")),
+    "main": ("test_bench_smoke", "bench",
+             ("--workload", "mlp", "--variants", "raysgd_2w", "torchrun_2w", "raytrain_2w",
+              "plain_1t", "plain_2t", "raysgd_1w", "raysgd_2w_plain_init")),
     "disk": ("test_bench_disk_smoke", "bench.disk", ()),
     "gpu": ("test_bench_gpu_smoke", "bench.gpu", ()),
 }

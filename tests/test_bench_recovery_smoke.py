@@ -21,8 +21,7 @@ EXPECTED = {
     "raytrain_preempt": PREEMPT,
     "raysgd_commit_none": THROUGHPUT,
     "raysgd_commit_default": THROUGHPUT + ("commit_interval",),
-    "raysgd_commit_10": THROUGHPUT + ("commit_interval",),
-}
+}  # every variant but raysgd_commit_10 (another interval only: bench_runs.QUICK_RUNS)
 CAN_BE_ZERO = {"steps_rerun", "steps_lost_reported"}
 
 
@@ -68,7 +67,6 @@ def test_bench_recovery_quick_reports_every_figure(bench_quick):
                       ("raysgd/Ray Train preempted", "notice_to_step_s"),
                       ("raysgd re-run/interval", "steps_rerun/commit_interval"),
                       ("Ray Train re-run/interval", "steps_rerun/commit_interval"),
-                      ("commit default/none", "steady_samples_per_s"),
-                      ("commit 10/none", "steady_samples_per_s")}
+                      ("commit default/none", "steady_samples_per_s")}
     assert "memory_method" in document["meta"]
     assert "raysgd/Ray Train" in stdout  # the ratios table was printed

@@ -58,7 +58,7 @@ ENTRIES: Tuple[Entry, ...] = (
                   _R + "raytrain_kill", ("--max-failures", "3")),
           "recovery", RECOVERY_FIGURES),
     Entry(Variant("raysgd_preempt",
-                  "raysgd defaults, 3-node cluster, node drained (15 s deadline; quick: 4 s)",
+                  "raysgd defaults, 3-node cluster, node drained (15 s deadline; quick: 10 s)",
                   _R + "raysgd_preempt", ()),
           "preemption", PREEMPT_FIGURES),
     Entry(Variant("raytrain_preempt",
