@@ -15,7 +15,8 @@ resumes from its step. A node draining for preemption has its ranks moved before
 goes, at an agreed step, losing none (``raysgd.driver.preemption``). A commit's copy to another node
 (``raysgd.driver.replicas``) lands in the background; until the next commit the
 one before it is kept, and restored instead when a lost node took the newest
-along before its copy landed.
+along before its copy landed (what made the newest is then done again first when it was
+taken between calls: ``raysgd.driver.catch_up``).
 
 An exception raised by user code is not retried: it reaches the caller with
 its own type, but first every rank is rolled back to the commit, in place
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
+from raysgd.driver.catch_up import CatchUp, DataRefresh, GroupCall, Made, TrainCall
 from raysgd.driver.preemption import DrainWatch, Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
@@ -66,7 +68,7 @@ def _dead_ranks(failure: WorkerFailedError) -> List[int]:
     return sorted({f.rank for f in failure.failures if f.died})
 
 
-class Supervisor(Preemption):
+class Supervisor(Preemption, CatchUp):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
                  on_commit: Optional[Callable[[Commit, bool], None]] = None,
@@ -86,6 +88,10 @@ class Supervisor(Preemption):
         # The commit before ``commit``, while ``commit``'s copy to another node may not have
         # landed yet (only groups whose copies cross nodes keep one).
         self._fallback: Optional[Commit] = None
+        # How ``commit`` was made from ``_fallback`` when it was taken between calls; what
+        # must be done again after a rollback to the fallback before the next call trains.
+        self._made: Optional[Made] = None
+        self._catch_up: Optional[Made] = None
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
@@ -123,14 +129,24 @@ class Supervisor(Preemption):
         self.policy.start_call(max_retries)
         self._scale_up()
         self._hand_over_safely()
-        remaining, resume = num_steps, False
+        call = TrainCall(num_steps, dict(info) if isinstance(info, dict) else info)
+        headers = self._train_call(call, profile, progress)
+        self._note_recovery_time(headers[0]["first_step_wall"])
+        self._note_handover_time(headers[0]["first_step_wall"])
+        return [header["metrics"] for header in headers]
+
+    def _train_call(self, call: TrainCall, profile: bool, progress: Any) -> List[dict]:
+        """Run ``call`` to its end across failures and moves; commit its end; the headers."""
         while True:
+            if not self._catch_up_first():
+                continue
+            remaining, resume = call.remaining(self.commit.call_done)
             self._stopping = False  # a stop agreed before a failure is void after it
             watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit,
                                      on_progress=progress.update, on_tick=self._watch_drains)
             try:
                 headers, commit = self.group.execute_pair(
-                    "train_and_commit", remaining, profile, info, resume, watch=watch)
+                    "train_and_commit", remaining, profile, call.info, resume, watch=watch)
             except WorkerFailedError as failure:
                 self._recover(failure, self._reached(watch))
             except BaseException as error:
@@ -143,12 +159,8 @@ class Supervisor(Preemption):
                 # Every rank stopped at the agreed step: move the draining node's ranks.
                 self._moved(commit, in_epoch=True)
                 self._hand_over_safely(stopped=True)
-            remaining = None if num_steps is None else num_steps - self.commit.call_done
-            resume = self.commit.call_done > 0
-        self._moved(commit, in_epoch=False)
-        self._note_recovery_time(headers[0]["first_step_wall"])
-        self._note_handover_time(headers[0]["first_step_wall"])
-        return [header["metrics"] for header in headers]
+        self._moved(commit, in_epoch=False, made=call)
+        return headers
 
     def call(self, method: str, *args, mutates: bool = False, watched: bool = False,
              abort_on_failure: bool = True, rank: Optional[int] = None,
@@ -158,6 +170,8 @@ class Supervisor(Preemption):
         self.policy.start_call()
         self._hand_over_safely()
         while True:
+            if not self._catch_up_first():
+                continue
             watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
                 if watched else None
             try:
@@ -166,7 +180,8 @@ class Supervisor(Preemption):
                 result = self.group.execute(method, *args, abort_on_failure=abort_on_failure,
                                             watch=watch)
                 if mutates:
-                    self._moved(self.group.snapshot(), in_epoch=False)
+                    self._moved(self.group.snapshot(), in_epoch=False,
+                                made=GroupCall(method, args))
                 return result
             except WorkerFailedError as failure:
                 self._recover(failure)
@@ -180,17 +195,20 @@ class Supervisor(Preemption):
         group sets up with the new datasets anyway."""
         self.policy.start_call()
         try:
+            self._catch_up_now()  # on the datasets it ran with
             self.group.attach_data(self.capabilities)
         except WorkerFailedError as failure:
             self._recover(failure)
+            self._drop_catch_up("the datasets changed")  # it would train on the new ones
             return
-        self._moved(self.group.snapshot(), in_epoch=False)
+        self._moved(self.group.snapshot(), in_epoch=False, made=DataRefresh())
 
     def _set_commit(self, commit: Commit) -> None:
         self._moved(commit, in_epoch=True)
 
-    def _moved(self, commit: Commit, in_epoch: bool) -> None:
+    def _moved(self, commit: Commit, in_epoch: bool, made: Optional[Made] = None) -> None:
         self._fallback = self.commit if self.group.copies_cross_nodes else None
+        self._made = made if self._fallback is not None else None
         self.commit = commit
         self.on_commit(commit, in_epoch)
         # Training runs: time to warm spares for a failure (never on a draining node).
@@ -342,6 +360,7 @@ class Supervisor(Preemption):
                            self.commit.step, self._fallback.step)
             self.stats.steps_lost += self.commit.step - self._fallback.step
             self.commit, self._fallback = self._fallback, None
+            self._catch_up, self._made = self._made, None
             group.restore(self.commit, **kwargs)
 
     def _placeable(self, want: int) -> int:
@@ -378,4 +397,4 @@ class Supervisor(Preemption):
         if self.group is not None:
             self.group.shutdown(force=force)
             self.group = None
-        self.commit = self._fallback = None
+        self.commit = self._fallback = self._made = self._catch_up = None
