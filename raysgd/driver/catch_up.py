@@ -101,15 +101,3 @@ class CatchUp:
             self._roll_back(error, mutated=True)
             raise
         return True
-
-    def _catch_up_now(self) -> None:
-        """:meth:`_catch_up_first` until it is done (failures meanwhile recovered)."""
-        while not self._catch_up_first():
-            pass
-
-    def _drop_catch_up(self, why: str) -> None:
-        """Forget what is owed, with ``why`` (it could no longer make the same state)."""
-        if self._catch_up is not None:
-            logger.warning("raysgd: %s is not re-run (%s); training goes on from step %d",
-                           self._catch_up.describe(), why, self.commit.step)
-            self._catch_up = None

@@ -170,7 +170,9 @@ class Supervisor(Preemption, CatchUp):
         self.policy.start_call()
         self._hand_over_safely()
         while True:
-            if not self._catch_up_first():
+            # Only before a change of state: reading calls (state_dict, validate) must work
+            # whatever a catch-up does, and read the state as the ranks hold it.
+            if mutates and not self._catch_up_first():
                 continue
             watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
                 if watched else None
@@ -194,12 +196,10 @@ class Supervisor(Preemption, CatchUp):
         committed (the new input starts a new pass). After a worker failure the new
         group sets up with the new datasets anyway."""
         self.policy.start_call()
-        try:
-            self._catch_up_now()  # on the datasets it ran with
+        try:  # a catch-up owed runs at the next train() (reading the new datasets by then)
             self.group.attach_data(self.capabilities)
         except WorkerFailedError as failure:
             self._recover(failure)
-            self._drop_catch_up("the datasets changed")  # it would train on the new ones
             return
         self._moved(self.group.snapshot(), in_epoch=False, made=DataRefresh())
 
