@@ -34,6 +34,11 @@ class StagedCheckpointSuperseded(CheckpointError):
     be of one commit: the write is dropped and tried again, never placed."""
 
 
+class SlabCommitLost(CheckpointError):
+    """A commit held in a slab (``raysgd.state.slab``) can no longer be read whole: a newer
+    commit overwrote it, or the driver holding the slab is gone."""
+
+
 class TrainerShutdownError(RaySGDError, RuntimeError):
     """A method was called on a trainer whose workers are gone."""
 

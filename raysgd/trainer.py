@@ -136,7 +136,8 @@ class TorchTrainer:
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
             timeout_s, local_ranks=1 if self.use_local else 0,
-            on_commit=self._recorder.commit_moved, on_driver_drain=self._recorder.save_now)
+            on_commit=self._recorder.commit_moved, on_driver_drain=self._recorder.save_now,
+            kept=self._recorder.held_commits)
         try:
             # The checkpoint is read and checked, and the loggers set up, before any actor starts.
             self._start(self._recorder.open(self.config))

@@ -439,3 +439,23 @@ class WrongReturnOperator(LinearOperator):
     def validate_batch(self, batch, batch_info):
         metrics = super().validate_batch(batch, batch_info)
         return batch_info["bad_return"] if "bad_return" in batch_info else metrics
+
+
+class WideOperator(RaisingOperator):
+    """RaisingOperator with a wide hidden layer and Adam: about 35 MB of state per rank,
+    above the size whose between-call commits go to the driver's slabs."""
+
+    def setup(self, config):
+        torch.manual_seed(config.get("seed", 0))
+        width = config.get("width", 1700)
+        model = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                              nn.Linear(width, 1))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batch = config.get(BATCH_SIZE, 32)
+        self.model, self.optimizer, self.criterion = self.register(
+            models=model, optimizers=optimizer, criterion=nn.MSELoss())
+        self.register_data(
+            train_loader=DataLoader(LinearDataset(2, 5, size=config.get("data_size", 256)),
+                                    batch_size=batch),
+            validation_loader=DataLoader(LinearDataset(2, 5, size=64), batch_size=batch))
+        record_pid(config, self.world_rank)

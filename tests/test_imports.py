@@ -90,13 +90,13 @@ def _modules():
 RAY_BOUNDARY = ("raysgd/driver/worker_group.py", "raysgd/driver/fanout.py", "raysgd/driver/warm.py",
                 "raysgd/driver/placement.py", "raysgd/driver/watch.py", "raysgd/worker/actor.py",
                 "raysgd/driver/replicas.py", "raysgd/driver/staged.py", "raysgd/driver/stopping.py",
-                "raysgd/driver/survivors.py",
+                "raysgd/driver/survivors.py", "raysgd/driver/slabs.py",
                 "raysgd/data/feed.py", "raysgd/data/ray_collate.py", "raysgd/tune.py",
                 "raysgd/function/trainable.py", "raysgd/function/hooks.py")
 
 
 def test_only_the_worker_group_imports_ray():
-    """The worker group (with its fan-out, warm-process, placement, watch, survivor hand-over and data-split helpers), Tune and the function
+    """The worker group (with its fan-out, warm-process, placement, watch, survivor hand-over, commit-slab and data-split helpers), Tune and the function
     trainable's Tune side and session hooks are the Ray boundary."""
     offenders = [name for name, path in _modules().items()
                  if any(n == "ray" or n.startswith("ray.") for n in _imports(path))

@@ -127,6 +127,9 @@ class NullCheckpointer:
     def close(self, timeout_s: Optional[float] = None) -> None:
         pass
 
+    def held(self) -> list:
+        return []
+
 
 class RunRecorder:
     """A trainer's run directory and loggers: ``open`` before the workers start (resume
@@ -180,6 +183,10 @@ class RunRecorder:
 
     def commit_moved(self, commit: Any, in_epoch: bool) -> None:
         self.checkpointer.commit_moved(commit, in_epoch)
+
+    def held_commits(self) -> list:
+        """The commits the disk writer has yet to write (their slabs must stay)."""
+        return self.checkpointer.held()
 
     def save_now(self, commit: Any, seconds_left: Optional[float]) -> None:
         """The driver's node drains: ``commit`` to storage before the node goes."""

@@ -1,28 +1,26 @@
 """Keeps a worker group alive across failures: commits, rollback, resize, stats.
 
-The trainer hands every call to a :class:`Supervisor`. The last good state
-(a :class:`Commit`) always matches the workers between calls: it is taken
-when the group starts, returned together with every ``train()`` result, and
-retaken after each call that changes state (``validate`` does not: it leaves
-even the RNGs alone). Inside ``train()`` the call's watch moves it forward
-every ``checkpoint_every_n_steps`` batches. On a recoverable failure newcomers
-(warm spares, else new processes for those ranks alone, where Ray places a lost
-node's bundles anew) take the dead ranks' places while the survivors keep theirs,
-when they can (not when a survivor is stuck inside the call, or no node has room);
-otherwise the supervisor tears the group down, asks the :class:`RecoveryPolicy` what
-to do and starts a new group. Either way every rank restores the commit and the call
-resumes from its step. A node draining for preemption has its ranks moved before it
-goes, at an agreed step, losing none (``raysgd.driver.preemption``). A commit's copy to another node
-(``raysgd.driver.replicas``) lands in the background; until the next commit the
-one before it is kept, and restored instead when a lost node took the newest
-along before its copy landed (what made the newest is then done again first when it was
-taken between calls: ``raysgd.driver.catch_up``).
+The trainer hands every call to a :class:`Supervisor`. The last good state (a
+:class:`Commit`) always matches the workers between calls: it is taken when the group
+starts, returned together with every ``train()`` result, and retaken after each call that
+changes state (``validate`` does not: it leaves even the RNGs alone); between-call commits
+go to the driver's slabs where they can (``raysgd.driver.slabs``). Inside ``train()`` the
+call's watch moves it forward every ``checkpoint_every_n_steps`` batches. On a recoverable
+failure newcomers (warm spares, else new processes for those ranks alone, where Ray places a
+lost node's bundles anew) take the dead ranks' places while the survivors keep theirs, when
+they can (not when a survivor is stuck inside the call, or no node has room); otherwise the
+supervisor tears the group down, asks the :class:`RecoveryPolicy` what to do and starts a new
+group. Either way every rank restores the commit and the call resumes from its step. A node
+draining for preemption has its ranks moved before it goes, at an agreed step, losing none
+(``raysgd.driver.preemption``). A commit's copy to another node (``raysgd.driver.replicas``)
+lands in the background; until the next commit the one before it is kept, and restored
+instead when a lost node took the newest along before its copy landed (what made the newest
+is then done again first when it was taken between calls: ``raysgd.driver.catch_up``).
 
-An exception raised by user code is not retried: it reaches the caller with
-its own type, but first every rank is rolled back to the commit, in place
-when all ranks left the call, or by restarting the group when some rank is
-still inside it (waiting in a collective the failed rank never joined). So
-the trainer stays usable and the trained state survives.
+An exception raised by user code is not retried: it reaches the caller with its own type,
+but first every rank is rolled back to the commit, in place when all ranks left the call, or
+by restarting the group when some rank is still inside it (waiting in a collective the
+failed rank never joined). So the trainer stays usable and the trained state survives.
 """
 from __future__ import annotations
 
@@ -32,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.driver.catch_up import CatchUp, DataRefresh, GroupCall, Made, TrainCall
-from raysgd.driver.preemption import DrainWatch, Preemption
+from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
 from raysgd.driver.replicas import lost_objects
+from raysgd.driver.slabs import HeldSlabs
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
 from raysgd.state.commit import Commit
@@ -68,22 +67,20 @@ def _dead_ranks(failure: WorkerFailedError) -> List[int]:
     return sorted({f.rank for f in failure.failures if f.died})
 
 
-class Supervisor(Preemption, CatchUp):
+class Supervisor(Preemption, CatchUp, HeldSlabs):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
-                 on_commit: Optional[Callable[[Commit, bool], None]] = None,
-                 drains: Optional[DrainWatch] = None,
-                 on_driver_drain: Optional[Callable[[Commit, Optional[float]], None]] = None):
+                 on_commit: Optional[Callable[[Commit, bool], None]] = None, drains=None,
+                 on_driver_drain: Optional[Callable[[Commit, Optional[float]], None]] = None,
+                 kept: Optional[Callable[[], List[Commit]]] = None):
         self.make_group = make_group
         # Told of every new commit (and whether it was taken inside a train() call).
         self.on_commit = on_commit or (lambda commit, in_epoch: None)
         self.target = num_workers
         self.policy = policy
-        self.timeout_s = timeout_s
-        self.local_ranks = local_ranks  # ranks living in the driver (use_local)
+        self.timeout_s, self.local_ranks = timeout_s, local_ranks  # ranks in the driver
         self.stats = RecoveryStats(num_workers=num_workers)
-        self.group: Any = None
-        self.capabilities: List[dict] = []
+        self.group, self.capabilities = None, []
         self.commit: Optional[Commit] = None
         # The commit before ``commit``, while ``commit``'s copy to another node may not have
         # landed yet (only groups whose copies cross nodes keep one).
@@ -95,6 +92,7 @@ class Supervisor(Preemption, CatchUp):
         self._failed_at: Optional[float] = None  # wall time of the failure being recovered
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
+        self._init_slabs(kept)  # ``kept``: the commits the disk writer has yet to write
 
     def start(self, resume_from: Optional[Tuple[int, int, List[dict]]] = None) -> None:
         """Start the workers, at ``resume_from`` = (step, epochs done, snapshot dicts) if given.
@@ -121,6 +119,7 @@ class Supervisor(Preemption, CatchUp):
 
     def _launch(self, count: int, recovering: bool):
         group = self.make_group(count, recovering)
+        group.commit_slabs = self._slab_targets
         return group, group.start()
 
     # ---------------------------------------------------------------- calls
@@ -398,3 +397,4 @@ class Supervisor(Preemption, CatchUp):
             self.group.shutdown(force=force)
             self.group = None
         self.commit = self._fallback = self._made = self._catch_up = None
+        self.slabs.close()

@@ -35,6 +35,7 @@ from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
 from raysgd.driver.replicas import commit_copies, crosses_nodes
+from raysgd.driver.slabs import no_slabs, readable_on
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit
@@ -84,6 +85,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         # Remote workers moved off a draining node: their (placement group, bundle index).
         self._moved_seats: Dict[int, tuple] = {}
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
+        self.commit_slabs = no_slabs  # where a between-call commit goes (the supervisor's)
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         # Set when the last call failed while other ranks were still inside it
@@ -266,15 +268,18 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     # --------------------------------------------------------------- commits
     def execute_pair(self, method: str, *args, watch: Optional[CallWatch] = None):
-        """Call a runner method returning (header, snapshot) on every rank.
+        """Call a runner method returning (header, snapshot) on every rank; a remote rank
+        gets one more argument, the slab its snapshot may go to (``commit_slabs``).
 
         Returns the headers and a :class:`Commit` of the snapshots, which stay
         in the object store (owned by the driver, not on its heap).
         """
-        pairs = [actor.execute_pair.remote(method, *args) for actor in self.actors]
         runner = self.local_runner
-        local_future = None if runner is None else self._run_local(getattr(runner, method), *args)
         offset = 1 if runner is not None else 0
+        version, slabs = self.commit_slabs(self._nodes)
+        pairs = [actor.execute_pair.remote(method, *args, slabs[rank + offset])
+                 for rank, actor in enumerate(self.actors)]
+        local_future = None if runner is None else self._run_local(getattr(runner, method), *args)
         headers = self._gather([h for h, _ in pairs], offset, local_future, True, watch)
         snapshots = [snap for _, snap in pairs]
         if self.local_runner is not None:
@@ -282,7 +287,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
         self.copy_commit(snapshots)
         return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
-                               snapshots, headers[0].get("epochs_done", 0))
+                               snapshots, headers[0].get("epochs_done", 0), version)
 
     def copy_commit(self, snapshots: List[Any]) -> None:
         self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)
@@ -301,9 +306,9 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         shards are split anew first (a stream cannot be rewound; freshly set-up ranks
         have new shards already).
         """
-        same, snaps = commit.world_size == self.num_workers, commit.snapshots
+        same, readable = commit.world_size == self.num_workers, readable_on(self._nodes, commit)
         args = [(snaps[0], snaps[rank]) if same else (snaps[0], None, *snaps)
-                for rank in range(self.num_workers)]
+                for rank, snaps in enumerate(readable)]
         if renew_shards:
             self.attach_data()
         restarted = self.execute_per_rank("restore", args)

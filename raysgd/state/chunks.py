@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence, Tuple
 import torch
 
 from raysgd.errors import CheckpointError
-from raysgd.state.packing import PackedTensor, view_tensor
+from raysgd.state.packing import PACKED, view_tensor
 
 MARK = "__raysgd_chunk__"
 
@@ -30,8 +30,8 @@ def is_chunk(value: Any) -> bool:
 
 
 def as_tensor(data: Any) -> torch.Tensor:
-    """A tensor or a :class:`PackedTensor`, the latter viewed without copying."""
-    return view_tensor(data) if isinstance(data, PackedTensor) else data
+    """A tensor or a packed one (``raysgd.state.packing``), the latter viewed without copying."""
+    return view_tensor(data) if isinstance(data, PACKED) else data
 
 
 def _pieces(sources: Iterable[Any]):

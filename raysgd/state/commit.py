@@ -24,6 +24,8 @@ class Commit:
     world_size: int
     snapshots: List[Any] = field(default_factory=list)
     epochs_done: int = 0  # passes over the train loader finished (the trainer's ``epoch``)
+    # The slab version its snapshots may live in (``raysgd.driver.slabs``); None: Ray's store.
+    slab_version: Optional[int] = None
 
 
 class CommitAssembler:

@@ -21,7 +21,7 @@ from raysgd.errors import CheckpointError, first_line
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.state.checkpoint_dir import RANKS_KEY, RUN_KEY
 from raysgd.state.commit import Commit
-from raysgd.state.packing import pack_tensors, view_tensors
+from raysgd.state.packing import pack_tensors, verify_packed, view_tensors
 from raysgd.storage.files import FileRef
 from raysgd.storage.store import Store
 
@@ -65,6 +65,7 @@ class CommitFiles:
         os.close(fd)
         try:
             checkpoint_io.save_file(path, to_checkpoint(snapshots, meta))
+            verify_packed([snap["state"] for snap in snapshots])  # no slab overwritten meanwhile
             if not self._verified:
                 # What load() would refuse (say numpy arrays in an operator's state_dict)
                 # is refused once here, loudly, rather than at resume time.

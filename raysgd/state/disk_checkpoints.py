@@ -116,6 +116,7 @@ class DiskCheckpointer:
         self._closing = False
         self._cond = threading.Condition()
         self._busy = False
+        self._writing: Optional[Commit] = None  # the commit being written
         self._closed = False
         self._flushing = 0  # callers waiting in flush(): write without the settle delay
         self._thread = threading.Thread(target=self._run, name="raysgd-checkpoint-writer",
@@ -161,6 +162,12 @@ class DiskCheckpointer:
         if self.score.better(float(value), self.best_score):
             self.best_score = float(value)
             self._submit("best", commit, float(value), settle=True)
+
+    def held(self) -> List[Commit]:
+        """The commits pending or being written (``raysgd.driver.slabs`` keeps their slabs)."""
+        with self._cond:
+            return [job.commit for job in self._queue.pending.values()] + \
+                ([self._writing] if self._writing is not None else [])
 
     @property
     def failed_tries(self) -> int:
@@ -228,7 +235,7 @@ class DiskCheckpointer:
                 if job is None:
                     return
                 kind, job = job
-                self._busy = True
+                self._busy, self._writing = True, job.commit
             try:
                 self._write(kind, job.commit, job.score)
                 with self._cond:
@@ -247,7 +254,7 @@ class DiskCheckpointer:
                                type(exc).__name__, exc)
             finally:
                 with self._cond:
-                    self._busy = False
+                    self._busy, self._writing = False, None
                     self._cond.notify_all()
 
     def _next_job(self) -> Optional[Tuple[str, Job]]:

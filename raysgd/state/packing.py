@@ -6,6 +6,10 @@ but writes a numpy array's buffer straight into shared memory. A commit of a
 numpy bytes (measured on the bench MLP), and the worker pays it on every
 commit, so snapshots travel packed. Any dtype packs (bf16 has no numpy
 twin): the bytes are reinterpreted as uint8 and the dtype and shape ride along.
+
+A between-call commit's tensors may instead live in a slab the driver holds
+(:class:`raysgd.state.slab.SlabTensor`, same interface); every function here takes both, and
+whatever copies a slab's bytes checks afterwards that no newer commit overwrote them.
 """
 from __future__ import annotations
 
@@ -16,12 +20,24 @@ from typing import Any, Tuple
 import numpy as np
 import torch
 
+from raysgd.state.slab import SlabTensor
+
 
 @dataclass(frozen=True)
 class PackedTensor:
     data: np.ndarray  # uint8 bytes of a contiguous tensor
     dtype: torch.dtype
     shape: Tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def verify(self) -> None:
+        """Bytes Ray stores never change (a slab's may: ``SlabTensor.verify``)."""
+
+
+PACKED = (PackedTensor, SlabTensor)
 
 
 def _map(obj: Any, kind: type, fn) -> Any:
@@ -45,10 +61,11 @@ def _unpack(packed: PackedTensor) -> torch.Tensor:
     # Copy: the array may be a read-only view of shared memory, and optimizer
     # state loaded from it would otherwise be updated in place there.
     data = torch.from_numpy(np.array(packed.data, copy=True))
+    packed.verify()
     return data.view(packed.dtype).reshape(packed.shape)
 
 
-def view_tensor(packed: PackedTensor) -> torch.Tensor:
+def view_tensor(packed: Any) -> torch.Tensor:
     """The tensor a :class:`PackedTensor` holds, viewed without copying: for reading only
     (the bytes may be read-only shared memory)."""
     with warnings.catch_warnings():  # torch warns about non-writable arrays; nobody writes
@@ -64,15 +81,25 @@ def pack_tensors(obj: Any) -> Any:
 
 def unpack_tensors(obj: Any) -> Any:
     """The inverse of :func:`pack_tensors`, as fresh writable tensors."""
-    return _map(obj, PackedTensor, _unpack)
+    return _map(obj, PACKED, _unpack)
 
 
 def view_tensors(obj: Any) -> Any:
     """:func:`unpack_tensors` without the copies, for state that is only read (written out)."""
-    return _map(obj, PackedTensor, view_tensor)
+    return _map(obj, PACKED, view_tensor)
 
 
 def own_copies(obj: Any) -> Any:
-    """``obj`` with every :class:`PackedTensor`'s bytes copied (no longer a view of anything)."""
-    return _map(obj, PackedTensor, lambda packed: PackedTensor(
-        np.array(packed.data, copy=True), packed.dtype, packed.shape))
+    """``obj`` with every packed tensor's bytes copied (no longer a view of anything)."""
+    def copy(packed: Any) -> PackedTensor:
+        owned = PackedTensor(np.array(packed.data, copy=True), packed.dtype, packed.shape)
+        packed.verify()
+        return owned
+
+    return _map(obj, PACKED, copy)
+
+
+def verify_packed(obj: Any) -> None:
+    """Raise :class:`raysgd.errors.SlabCommitLost` if a slab under ``obj`` was overwritten
+    (after its views were read: what was read is then not one commit)."""
+    _map(obj, PACKED, lambda packed: packed.verify())

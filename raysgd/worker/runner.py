@@ -19,7 +19,8 @@ from raysgd.data.dataset_config import is_ray_dataset
 from raysgd.data.shards import shard_loaders
 from raysgd.errors import ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
-from raysgd.state.packing import pack_tensors, unpack_tensors
+from raysgd.state.packing import unpack_tensors
+from raysgd.state.slab import SlabTarget
 from raysgd.worker import distributed, rng, step_seeds
 from raysgd.worker.batches import batch_count
 from raysgd.worker.hooks import EpochCaller, call_info
@@ -27,6 +28,7 @@ from raysgd.worker.passes import Passes
 from raysgd.worker.precision import create_precision
 from raysgd.worker.progress import BatchEvents, thread_line
 from raysgd.worker.rank_commits import RankCommits
+from raysgd.worker.slab_writer import SlabWriter
 from raysgd.worker.returns import call_metrics
 from raysgd.worker.runner_state import RunnerState
 from raysgd.worker.staging import NoStaging, create_staging
@@ -69,6 +71,7 @@ class WorkerRunner(RunnerState):
         # In-epoch commits on their way to the driver; ``commit_views``: they view the
         # parameters and optimizer state instead of copying them (worker/live_state.py).
         self._commits = RankCommits(commit_wait_s, commit_views)
+        self._slabs = SlabWriter()  # between-call commits into the driver's slabs
         self._call_done_base = 0
         self._last_progress = time.monotonic()
         self.events = BatchEvents()  # the running call's counters, for the driver's progress bar
@@ -197,9 +200,11 @@ class WorkerRunner(RunnerState):
         return result
 
     def train_and_commit(self, num_steps: Optional[int] = None, profile: bool = False,
-                         info: Optional[dict] = None, resume: bool = False):
-        """``train_epoch`` and the commit of its end state, returned together; or, when the
-        ranks agreed to stop at a step (``stop_point``), that step's commit (``stopped``)."""
+                         info: Optional[dict] = None, resume: bool = False,
+                         slab: Optional[SlabTarget] = None):
+        """``train_epoch`` and the commit of its end state (into ``slab`` if given),
+        returned together; or, when the ranks agreed to stop at a step (``stop_point``),
+        that step's commit (``stopped``)."""
         self.stop_point.open(self._passes.steps)
         try:
             metrics = self.train_epoch(num_steps, profile, info, resume)
@@ -210,12 +215,13 @@ class WorkerRunner(RunnerState):
                     "first_step_wall": self.first_step_wall}, snap
         finally:
             self.stop_point.close()
-        header, snap = self.snapshot_pair()
+        header, snap = self.snapshot_pair(slab)
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
 
-    def snapshot_pair(self):
-        """A commit between calls: a small header and the snapshot."""
-        snap = self.snapshot()
+    def snapshot_pair(self, slab: Optional[SlabTarget] = None):
+        """A commit between calls: a small header and the snapshot (its tensors in ``slab``,
+        the driver's shared memory, when given: ``raysgd.state.slab``)."""
+        snap = self.snapshot(slab=slab)
         return {"step": snap["step"], "call_done": 0, "epochs_done": snap["epochs_done"]}, snap
 
     def update_scheduler(self, metric: Any) -> None:
@@ -226,7 +232,7 @@ class WorkerRunner(RunnerState):
                 scheduler.step()
 
     # ------------------------------------------------------ commits, progress
-    def snapshot(self, call_done: int = 0) -> Dict[str, Any]:
+    def snapshot(self, call_done: int = 0, slab: Optional[SlabTarget] = None) -> Dict[str, Any]:
         """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
         meters = getattr(self.operator, "_meters", None)
         state = self._commit_state()
@@ -234,7 +240,7 @@ class WorkerRunner(RunnerState):
         return {"step": self._passes.steps, "call_done": call_done,
                 "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
-                "state": pack_tensors(state),
+                "state": self._slabs.write(slab, state),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
     def _stage(self, state: Dict[str, Any], call_end: bool, keep_existing: bool = False) -> None:
@@ -331,5 +337,6 @@ class WorkerRunner(RunnerState):
         self.operator = None
         self._passes = self._val_passes = self._train_epoch = None
         self._staging.close()
+        self._slabs.close()
         distributed.destroy_process_group()
         self._store = None

@@ -1,0 +1,143 @@
+"""A rank's side of commit slabs (``raysgd.state.slab``): copy a packed commit's tensors
+into the slab the driver named, and hand back the commit with :class:`SlabTensor` s in
+their place. No Ray.
+
+Each slab stays mapped from one commit to the next, so a commit writes over pages that are
+already there; ``close`` (the runner's shutdown) unmaps them, so a worker going back to
+the pool keeps no commit's memory alive.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from raysgd.state.packing import PackedTensor, pack_tensors
+from raysgd.state.slab import ALIGN, HEADER, HEADER_BYTES, MAGIC, SlabTarget, SlabTensor
+
+logger = logging.getLogger("raysgd")
+
+# Below this many bytes a commit goes to Ray's store as before: a slab saves little there,
+# and a rank whose commit part is small (a DDP rank but the first) leaves its slab empty.
+SLAB_MIN_BYTES = 32 * 2**20
+
+
+class _Mapped:
+    """One slab open and mapped in this process."""
+
+    def __init__(self, path: str, size: int):
+        self.file = open(path, "r+b", buffering=0)  # noqa: SIM115 - closed in close()
+        self.ino = os.fstat(self.file.fileno()).st_ino
+        self.size = 0
+        self.map: Optional[mmap.mmap] = None
+        self.reserve(size)
+
+    def reserve(self, size: int) -> None:
+        if size <= self.size:
+            return
+        if self.map is not None:
+            self.map.close()
+        if os.fstat(self.file.fileno()).st_size < size:
+            os.ftruncate(self.file.fileno(), size)
+        self.map = mmap.mmap(self.file.fileno(), size, flags=mmap.MAP_SHARED,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self.size = size
+
+    def copy_in(self, offset: int, packed: PackedTensor) -> None:
+        if packed.data.nbytes:
+            dst = torch.frombuffer(self.map, dtype=torch.uint8, count=packed.data.nbytes,
+                                   offset=offset)
+            dst.copy_(torch.from_numpy(packed.data))
+            del dst  # the map cannot close while a tensor views it
+
+    def mark(self, writing: int, done: int) -> None:
+        HEADER.pack_into(self.map, 0, MAGIC, writing, done)
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+        self.file.close()
+
+
+def _leaves(obj: Any, found: List[PackedTensor]) -> None:
+    if isinstance(obj, PackedTensor):
+        found.append(obj)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _leaves(value, found)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _leaves(value, found)
+
+
+def _layout(tensors: List[PackedTensor]) -> Tuple[Dict[int, int], int]:
+    """Each tensor's offset (by ``id``) and the slab size they need."""
+    offsets, end = {}, HEADER_BYTES
+    for packed in tensors:
+        offsets[id(packed)] = end
+        end += -(-packed.data.nbytes // ALIGN) * ALIGN
+    return offsets, end
+
+
+def _replace(obj: Any, swap: Dict[int, SlabTensor]) -> Any:
+    if isinstance(obj, PackedTensor):
+        return swap.get(id(obj), obj)
+    if isinstance(obj, dict):
+        return type(obj)((key, _replace(value, swap)) for key, value in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace(value, swap) for value in obj)
+    return obj
+
+
+class SlabWriter:
+    def __init__(self, min_bytes: int = SLAB_MIN_BYTES):
+        self.min_bytes = min_bytes
+        self._open: Dict[Tuple[int, int], _Mapped] = {}
+        self._warned = False
+
+    def write(self, target: Optional[SlabTarget], state: Any) -> Any:
+        """``pack_tensors(state)``, its tensors copied into ``target``'s slab when there is
+        one and they are large enough; else as Ray will store it."""
+        packed = pack_tensors(state)
+        tensors: List[PackedTensor] = []
+        _leaves(packed, tensors)
+        if target is None or sum(t.data.nbytes for t in tensors) < self.min_bytes:
+            return packed
+        offsets, size = _layout(tensors)
+        try:
+            slab = self._slab(target, size)
+        except OSError as exc:
+            self._warn(target, exc)
+            return packed
+        slab.mark(target.version, 0)
+        for tensor in tensors:
+            slab.copy_in(offsets[id(tensor)], tensor)
+        slab.mark(target.version, target.version)
+        return _replace(packed, {id(t): SlabTensor(
+            target.pid, target.fd, slab.ino, target.version, offsets[id(t)], t.data.nbytes,
+            t.dtype, t.shape) for t in tensors})
+
+    def _slab(self, target: SlabTarget, size: int) -> _Mapped:
+        key = (target.pid, target.fd)
+        slab = self._open.get(key)
+        if slab is not None and os.stat(target.path).st_ino != slab.ino:
+            slab.close()  # the driver's descriptor now names another slab (a new trainer)
+            slab = None
+        if slab is None:
+            slab = self._open[key] = _Mapped(target.path, size)
+        slab.reserve(size)
+        return slab
+
+    def _warn(self, target: SlabTarget, exc: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("raysgd: cannot open the driver's commit slab %s (%s); this rank's "
+                           "commits go to Ray's object store instead", target.path, exc)
+
+    def close(self) -> None:
+        for slab in self._open.values():
+            slab.close()
+        self._open.clear()

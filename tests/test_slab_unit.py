@@ -1,0 +1,131 @@
+"""Commit slabs without Ray: a rank's writer, the driver's slots, and every reader's check
+that the commit it read was not overwritten (raysgd.state.slab)."""
+import os
+import pickle
+
+import pytest
+import torch
+
+from raysgd.driver.slabs import CommitSlabs
+from raysgd.errors import CheckpointError, SlabCommitLost
+from raysgd.state.commit import Commit
+from raysgd.state.commit_files import CommitFiles
+from raysgd.state.packing import PackedTensor, own_copies, unpack_tensors, verify_packed
+from raysgd.state.slab import SlabTarget, SlabTensor
+from raysgd.storage.store import LocalStore
+from raysgd.worker.slab_writer import SlabWriter
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")
+
+
+def _state(value: float = 0.0):
+    return {"model": {"w": torch.full((64, 32), value), "b": torch.arange(5, dtype=torch.bfloat16)},
+            "steps": 7, "rng": [torch.tensor([1, 2, 3], dtype=torch.uint8)]}
+
+
+def _target(slabs: CommitSlabs, version: int, slot: int = 0) -> SlabTarget:
+    return SlabTarget(os.getpid(), slabs._fd(0, slot), version)
+
+
+def _leaves(obj):
+    if isinstance(obj, dict):
+        return [leaf for value in obj.values() for leaf in _leaves(value)]
+    if isinstance(obj, (list, tuple)):
+        return [leaf for value in obj for leaf in _leaves(value)]
+    return [obj]
+
+
+@pytest.fixture
+def slabs():
+    made = CommitSlabs()
+    yield made
+    made.close()
+
+
+def test_a_commit_in_a_slab_pickles_small_and_reads_back_exactly(slabs):
+    writer = SlabWriter(min_bytes=0)
+    state = _state(1.5)
+    snap = writer.write(_target(slabs, 1), state)
+    tensors = [leaf for leaf in _leaves(snap) if isinstance(leaf, SlabTensor)]
+    assert len(tensors) == 3 and snap["steps"] == 7
+    assert len(pickle.dumps(snap)) < 2000  # a few numbers per tensor, not 8 KB of floats
+    back = unpack_tensors(pickle.loads(pickle.dumps(snap)))
+    assert torch.equal(back["model"]["w"], state["model"]["w"])
+    assert back["model"]["b"].dtype == torch.bfloat16
+    assert torch.equal(back["model"]["b"], state["model"]["b"])
+    back["model"]["w"] += 1  # a restored tensor is the rank's own, not the slab's bytes
+    assert torch.equal(unpack_tensors(snap)["model"]["w"], state["model"]["w"])
+    writer.close()
+
+
+def test_a_commit_whose_slab_was_overwritten_is_refused_by_every_reader(slabs):
+    writer = SlabWriter(min_bytes=0)
+    old = writer.write(_target(slabs, 1), _state(1.0))
+    new = writer.write(_target(slabs, 2), _state(2.0))
+    for read in (unpack_tensors, own_copies, verify_packed):
+        with pytest.raises(SlabCommitLost, match="version 1 was overwritten"):
+            read(old)
+    assert float(unpack_tensors(new)["model"]["w"][0, 0]) == 2.0
+    writer.close()
+
+
+def test_small_commits_and_unopenable_slabs_stay_for_rays_store(slabs, caplog):
+    small = SlabWriter().write(_target(slabs, 1), _state())  # far below SLAB_MIN_BYTES
+    assert all(isinstance(leaf, PackedTensor) for leaf in _leaves(small["model"]))
+    gone = SlabTarget(os.getpid(), 10_000, 1)  # no such descriptor
+    packed = SlabWriter(min_bytes=0).write(gone, _state())
+    assert isinstance(packed["model"]["w"], PackedTensor)
+    assert "commits go to Ray's object store instead" in caplog.text
+
+
+def test_two_slots_never_overwrite_a_commit_the_driver_holds(slabs):
+    nodes = ["n1", "n1", "n2"]
+    version, targets = slabs.targets(nodes, [], here="n1")
+    assert version == 1 and targets[2] is None and targets[0].fd != targets[1].fd
+    held = Commit(0, 0, 3, slab_version=version)
+    second, targets2 = slabs.targets(nodes, [held, None], here="n1")
+    assert targets2[0].fd != targets[0].fd  # the other slot: the held one stays
+    both = Commit(0, 0, 3, slab_version=second)
+    assert slabs.targets(nodes, [held, both], here="n1") == (None, [None] * 3)
+    # a commit in Ray's store (slab_version None) holds no slot
+    third, targets3 = slabs.targets(nodes, [both, Commit(0, 0, 3)], here="n1")
+    assert third == 3 and targets3[0].fd == targets[0].fd
+    assert slabs.targets(["n2"], [], here="n1") == (None, [None])  # no rank on the driver's node
+
+
+def test_closing_frees_the_slabs_and_a_reused_descriptor_is_told_apart(slabs):
+    writer = SlabWriter(min_bytes=0)
+    snap = writer.write(_target(slabs, 1), _state(1.0))
+    path = _target(slabs, 1).path
+    slabs.close()
+    assert not os.path.exists(path)
+    with pytest.raises(SlabCommitLost, match="cannot be opened"):
+        unpack_tensors(snap)
+    again = CommitSlabs()  # a new trainer: likely the same descriptor number, a new file
+    snap2 = writer.write(_target(again, 5), _state(3.0))
+    assert float(unpack_tensors(snap2)["model"]["w"][0, 0]) == 3.0
+    writer.close()
+    again.close()
+
+
+def test_the_disk_writer_never_places_a_checkpoint_read_from_an_overwritten_slab(
+        slabs, tmp_path, monkeypatch):
+    from raysgd.state import commit_files
+
+    writer = SlabWriter(min_bytes=0)
+    snap = writer.write(_target(slabs, 1), _state(1.0))
+    store = LocalStore(str(tmp_path))
+    real_save = commit_files.checkpoint_io.save_file
+
+    def save_while_overwritten(path, state):
+        writer.write(_target(slabs, 2), _state(2.0))  # a newer commit lands mid-write
+        real_save(path, state)
+
+    monkeypatch.setattr(commit_files.checkpoint_io, "save_file", save_while_overwritten)
+    files = CommitFiles(lambda refs: [{"step": 3, "call_done": 0, "world_size": 1,
+                                       "state": snap, "meters": None}])
+    with pytest.raises(CheckpointError, match="overwritten"):
+        files.content(Commit(3, 0, 1, [object()], slab_version=1), {"step": 3}, store)
+    staging = store.staging_dir()
+    assert not [name for name in os.listdir(staging) if name.startswith(".tmp-")]
+    writer.close()

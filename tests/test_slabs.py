@@ -1,0 +1,74 @@
+"""Between-call commits in the driver's slabs (raysgd.driver.slabs), with a real Ray and real
+process groups: a state of about 35 MB per rank, above the size that uses them."""
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from operators_for_tests import WideOperator
+from raysgd.state import checkpoint as checkpoint_io
+from raysgd.utils import BATCH_SIZE
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")
+CONFIG = {BATCH_SIZE: 32, "data_size": 128}
+
+
+def _weights(trainer) -> dict:
+    return {k: v.clone() for k, v in trainer.get_model().state_dict().items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _fail_next_step_on(trainer, ranks) -> None:
+    def arm(op):
+        op.fail_step, op.fail_ranks = op.global_step + 1, ranks
+
+    trainer.apply_all_operators(arm)
+
+
+def test_a_user_error_rolls_back_to_the_slab_commit_bitwise(trainer_factory):
+    trainer = trainer_factory(WideOperator, config=CONFIG)
+    trainer.train()
+    assert trainer._supervisor.commit.slab_version is not None  # the call-end commit's slab
+    _fail_next_step_on(trainer, (1,))  # rank 0 waits in the all-reduce: the group restarts
+    before = _weights(trainer)
+    with pytest.raises(KeyError, match="missing-key"):
+        trainer.train()
+    assert _same(_weights(trainer), before)
+    assert trainer.recovery_stats.user_errors == 1
+    trainer.apply_all_operators(lambda op: setattr(op, "fail_ranks", ()))
+    trainer.train()  # the slab of the commit restored is not the one the next commit takes
+    assert trainer._supervisor.commit.slab_version is not None
+
+
+@pytest.mark.slow
+def test_a_newcomer_restores_a_slab_commit_and_the_run_ends_as_an_unfaulted_one(
+        trainer_factory, tmp_path):
+    clean = trainer_factory(WideOperator, config=CONFIG)
+    for _ in range(2):
+        clean.train()
+    expected = _weights(clean)
+    clean.shutdown()
+    faulted = trainer_factory(WideOperator, config={**CONFIG, "pid_dir": str(tmp_path)})
+    faulted.train()
+    with open(tmp_path / "rank0") as handle:
+        os.kill(int(handle.read()), signal.SIGKILL)  # the rank that wrote the slab
+    faulted.train()
+    assert faulted.recovery_stats.failures == 1
+    assert _same(_weights(faulted), expected)
+
+
+def test_a_checkpoint_written_from_a_slab_commit_holds_the_trained_state(
+        trainer_factory, tmp_path):
+    trainer = trainer_factory(WideOperator, config=CONFIG, checkpoint_dir=str(tmp_path))
+    for _ in range(3):
+        trainer.train()
+    weights = _weights(trainer)
+    trainer.shutdown()  # waits for the last checkpoint
+    index = json.loads((tmp_path / "index.json").read_text())
+    saved = checkpoint_io.read(str(tmp_path / index["latest"]))
+    assert _same(saved["models"][0], weights)
