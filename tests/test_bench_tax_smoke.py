@@ -64,3 +64,20 @@ def test_bench_tax_quick_reports_every_figure(bench_quick):
     assert "met" in stdout and "raysgd/loop" in stdout and "beyond ÷ state (PSS)" in stdout
     assert "memory_method" in document["meta"]
     assert isinstance(document["cells"]["ddp/medium"]["summary"]["memory_growth_pss"], float)
+
+
+def test_a_bar_no_cell_of_which_ran_is_not_called_met():
+    from bench.tax.report import bars
+
+    done = {"ddp/large": {"summary": {"steady_ratio": 0.99, "hold_over_copy": 0.01,
+                                      "memory_growth_pss": None, "steps_redone": 0},
+                          "runs": {"kill": [{}]}}}
+    met = {bar["figure"]: bar["met"] for bar in bars(done)}
+    assert met["host memory that grows with the state, beyond the loop's, ÷ the state (PSS)"] \
+        is None  # no cell had a smaller one of its strategy to compare with
+    assert met["DDP steady ratio to the loop"] is None  # small and medium did not run
+    assert met["training-thread time per commit at large ÷ one plain copy"] is None
+    done["fsdp/large"] = {"summary": {"steady_ratio": None, "hold_over_copy": 0.2,
+                                      "memory_growth_pss": None}, "runs": {"kill": []}}
+    assert {b["figure"]: b["met"] for b in bars(done)}[
+        "training-thread time per commit at large ÷ one plain copy"] is False

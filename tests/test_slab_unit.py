@@ -11,7 +11,7 @@ from raysgd.errors import CheckpointError, SlabCommitLost
 from raysgd.state.commit import Commit
 from raysgd.state.commit_files import CommitFiles
 from raysgd.state.packing import PackedTensor, own_copies, unpack_tensors, verify_packed
-from raysgd.state.slab import SlabTarget, SlabTensor
+from raysgd.state.slab import SlabTarget, SlabTensor, machine_id
 from raysgd.storage.store import LocalStore
 from raysgd.worker.slab_writer import SlabWriter
 
@@ -24,7 +24,7 @@ def _state(value: float = 0.0):
 
 
 def _target(slabs: CommitSlabs, version: int, slot: int = 0) -> SlabTarget:
-    return SlabTarget(os.getpid(), slabs._fd(0, slot), version)
+    return SlabTarget(os.getpid(), slabs._fd(0, slot), version, machine=machine_id())
 
 
 def _leaves(obj):
@@ -72,10 +72,24 @@ def test_a_commit_whose_slab_was_overwritten_is_refused_by_every_reader(slabs):
 def test_small_commits_and_unopenable_slabs_stay_for_rays_store(slabs, caplog):
     small = SlabWriter().write(_target(slabs, 1), _state())  # far below SLAB_MIN_BYTES
     assert all(isinstance(leaf, PackedTensor) for leaf in _leaves(small["model"]))
-    gone = SlabTarget(os.getpid(), 10_000, 1)  # no such descriptor
+    gone = SlabTarget(os.getpid(), 10_000, 1, machine=machine_id())  # no such descriptor
     packed = SlabWriter(min_bytes=0).write(gone, _state())
     assert isinstance(packed["model"]["w"], PackedTensor)
     assert "commits go to Ray's object store instead" in caplog.text
+
+
+def test_a_descriptor_that_is_no_slab_or_another_machines_is_never_written(slabs, tmp_path):
+    with open(tmp_path / "precious", "wb+") as handle:
+        handle.write(b"keep me")
+        handle.flush()
+        other_file = SlabTarget(os.getpid(), handle.fileno(), 1, machine=machine_id())
+        assert isinstance(SlabWriter(min_bytes=0).write(other_file, _state())["model"]["w"],
+                          PackedTensor)
+    assert (tmp_path / "precious").read_bytes() == b"keep me"
+    elsewhere = SlabTarget(os.getpid(), slabs._fd(0, 0), 1, machine="another-boot-id")
+    assert isinstance(SlabWriter(min_bytes=0).write(elsewhere, _state())["model"]["w"],
+                      PackedTensor)
+    assert os.fstat(slabs._fd(0, 0)).st_size == 0
 
 
 def test_two_slots_never_overwrite_a_commit_the_driver_holds(slabs):

@@ -13,7 +13,7 @@ import ray
 
 import raysgd
 from raysgd import TorchTrainer
-from raysgd.state.packing import PackedTensor
+from raysgd.state.packing import PACKED
 from raysgd.utils import BATCH_SIZE
 
 from bench.child import emit
@@ -22,8 +22,8 @@ from bench.fsdp.bench_operator import FSDPBenchOperator
 
 
 def packed_bytes(obj) -> int:
-    if isinstance(obj, PackedTensor):
-        return obj.data.nbytes
+    if isinstance(obj, PACKED):  # bytes in Ray's store or in the driver's slab
+        return obj.nbytes
     if isinstance(obj, dict):
         return sum(packed_bytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):

@@ -113,14 +113,14 @@ def add_growth(results: Dict[str, Dict[str, Any]]) -> None:
 def bars(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Each bar with the values of its cells that ran (for steps redone: that had a kill run)
     and whether they meet it: False if one misses it, True if every cell of the bar has a
-    value and all meet it, else None."""
+    value and all meet it, else None (so also when no cell of it ran)."""
     out = []
     for key, figure, bar, cells, test in BARS:
         names = [f"{s}/{z}" for s, z in cells] if cells else [
             name for name, doc in results.items() if doc["summary"].get(key) is not None]
         values = {name: results[name]["summary"][key] for name in names if name in results
                   and (key != "steps_redone" or results[name]["runs"]["kill"])}
-        complete = len(values) == len(names) and None not in values.values()
+        complete = bool(values) and len(values) == len(names) and None not in values.values()
         judged = [test(v) for v in values.values() if v is not None]
         met = False if not all(judged) else True if complete else None
         out.append({"figure": figure, "bar": bar, "key": key, "values": values, "met": met})

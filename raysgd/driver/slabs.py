@@ -23,13 +23,22 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import ray
 
 from raysgd.state.packing import own_copies
-from raysgd.state.slab import SlabTarget
+from raysgd.state.slab import NAME, SlabTarget, machine_id
 
 SLOTS = 2
 
 
 def _driver_node() -> Optional[str]:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def _ray_client() -> bool:
+    """Under Ray Client this process is not on the cluster: no rank can open its slabs."""
+    try:
+        from ray.util.client import ray as client
+    except ImportError:
+        return False
+    return client.is_connected()
 
 
 def no_slabs(nodes: Sequence[str]) -> Tuple[None, List[None]]:
@@ -60,7 +69,8 @@ class CommitSlabs:
         self._files: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> the memfd
         self._holds: List[Optional[int]] = [None] * SLOTS  # the version in each slot
         self._version = 0
-        self._closed = not hasattr(os, "memfd_create")  # Linux only
+        self._machine = machine_id()
+        self._closed = not hasattr(os, "memfd_create") or not self._machine  # Linux only
         # A trainer dropped without shutdown() still frees its slabs' memory.
         self._finalizer = weakref.finalize(self, _close_all, self._files)
 
@@ -71,7 +81,7 @@ class CommitSlabs:
         commits (or None) the driver still needs; ``here``: the driver's node."""
         nothing: List[Optional[SlabTarget]] = [None] * len(nodes)
         here = here or _driver_node()
-        if self._closed or here is None or here not in nodes:
+        if self._closed or here is None or here not in nodes or _ray_client():
             return None, nothing
         needed = {getattr(commit, "slab_version", None) for commit in held} - {None}
         slot = next((s for s in range(SLOTS) if self._holds[s] not in needed), None)
@@ -80,14 +90,16 @@ class CommitSlabs:
         self._version += 1
         self._holds[slot] = self._version
         pid = os.getpid()
-        return self._version, [SlabTarget(pid, self._fd(rank, slot), self._version)
-                               if node == here else None for rank, node in enumerate(nodes)]
+        return self._version, [
+            SlabTarget(pid, self._fd(rank, slot), self._version,
+                       tuple(self._fd(rank, other) for other in range(SLOTS) if other != slot),
+                       self._machine)
+            if node == here else None for rank, node in enumerate(nodes)]
 
     def _fd(self, rank: int, slot: int) -> int:
         key = (rank, slot)
         if key not in self._files:
-            self._files[key] = os.memfd_create(f"raysgd-commit-r{rank}-s{slot}",
-                                               os.MFD_CLOEXEC)
+            self._files[key] = os.memfd_create(f"{NAME}-r{rank}-s{slot}", os.MFD_CLOEXEC)
         return self._files[key]
 
     def close(self) -> None:

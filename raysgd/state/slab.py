@@ -47,14 +47,38 @@ class SlabTarget:
     pid: int
     fd: int
     version: int
+    spares: Tuple[int, ...] = ()  # the rank's other slots: reserved at the same size
+    machine: str = ""  # the driver's ``machine_id()``: a pid means nothing on another one
 
     @property
     def path(self) -> str:
         return slab_path(self.pid, self.fd)
 
 
+NAME = "raysgd-commit"  # every slab's memfd name starts so (``/proc/.../fd`` shows it)
+
+
 def slab_path(pid: int, fd: int) -> str:
     return f"/proc/{pid}/fd/{fd}"
+
+
+def machine_id() -> str:
+    """This machine's boot id: two processes share a slab only where it is the same."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def check_slab(target: "SlabTarget", fd: int) -> None:
+    """Refuse (``OSError``) a descriptor that is not the driver's slab: another machine's
+    pid, or a descriptor number the driver's process no longer uses for one."""
+    if not target.machine or target.machine != machine_id():
+        raise OSError(f"the driver runs on another machine ({target.machine or 'unknown'})")
+    name = os.readlink(slab_path(target.pid, fd))
+    if not name.startswith(f"/memfd:{NAME}"):
+        raise OSError(f"{slab_path(target.pid, fd)} is {name!r}, not a raysgd slab")
 
 
 def read_header(fd: int) -> Tuple[int, int]:

@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from raysgd.state.packing import PackedTensor, pack_tensors
-from raysgd.state.slab import ALIGN, HEADER, HEADER_BYTES, MAGIC, SlabTarget, SlabTensor
+from raysgd.state.slab import (ALIGN, HEADER, HEADER_BYTES, MAGIC, SlabTarget, SlabTensor,
+                               check_slab, slab_path)
 
 logger = logging.getLogger("raysgd")
 
@@ -28,23 +29,26 @@ SLAB_MIN_BYTES = 32 * 2**20
 class _Mapped:
     """One slab open and mapped in this process."""
 
-    def __init__(self, path: str, size: int):
+    def __init__(self, path: str):
         self.file = open(path, "r+b", buffering=0)  # noqa: SIM115 - closed in close()
         self.ino = os.fstat(self.file.fileno()).st_ino
         self.size = 0
         self.map: Optional[mmap.mmap] = None
-        self.reserve(size)
 
-    def reserve(self, size: int) -> None:
+    def reserve(self, size: int) -> bool:
+        """Map at least ``size`` bytes; True when the slab grew."""
         if size <= self.size:
-            return
+            return False
         if self.map is not None:
             self.map.close()
         if os.fstat(self.file.fileno()).st_size < size:
-            os.ftruncate(self.file.fileno(), size)
-        self.map = mmap.mmap(self.file.fileno(), size, flags=mmap.MAP_SHARED,
-                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            os.posix_fallocate(self.file.fileno(), 0, size)  # all pages at once, not per fault
+        # Populated: every page mapped writable now (0.5 s for 1.6 GB), where a first copy
+        # would take a write fault per page (1.2 s).
+        self.map = mmap.mmap(self.file.fileno(), size, prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                             flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
         self.size = size
+        return True
 
     def copy_in(self, offset: int, packed: PackedTensor) -> None:
         if packed.data.nbytes:
@@ -121,14 +125,24 @@ class SlabWriter:
             t.dtype, t.shape) for t in tensors})
 
     def _slab(self, target: SlabTarget, size: int) -> _Mapped:
-        key = (target.pid, target.fd)
+        slab = self._mapped(target, target.fd)
+        if slab.reserve(size):
+            # The other slots grow with it: their first commit, inside a later call, would
+            # otherwise pay for their pages; here they are paid where the state first grew
+            # (usually the group's start).
+            for fd in target.spares:
+                self._mapped(target, fd).reserve(size)
+        return slab
+
+    def _mapped(self, target: SlabTarget, fd: int) -> _Mapped:
+        path, key = slab_path(target.pid, fd), (target.pid, fd)
         slab = self._open.get(key)
-        if slab is not None and os.stat(target.path).st_ino != slab.ino:
+        if slab is not None and os.stat(path).st_ino != slab.ino:
             slab.close()  # the driver's descriptor now names another slab (a new trainer)
             slab = None
         if slab is None:
-            slab = self._open[key] = _Mapped(target.path, size)
-        slab.reserve(size)
+            check_slab(target, fd)
+            slab = self._open[key] = _Mapped(path)
         return slab
 
     def _warn(self, target: SlabTarget, exc: OSError) -> None:
