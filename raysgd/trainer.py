@@ -309,6 +309,7 @@ class TorchTrainer:
         self.unwritten_checkpoints = self._recorder.close()
         if self._supervisor.group is not None:
             self._supervisor.shutdown(force=force)
+        self._supervisor.slabs.close()  # after the disk writer: its last commit may be there
         self._closed_reason = self._closed_reason or "shutdown() was called"
 
     def __enter__(self) -> "TorchTrainer":

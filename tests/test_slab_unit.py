@@ -143,3 +143,21 @@ def test_the_disk_writer_never_places_a_checkpoint_read_from_an_overwritten_slab
     staging = store.staging_dir()
     assert not [name for name in os.listdir(staging) if name.startswith(".tmp-")]
     writer.close()
+
+
+def test_a_slab_that_failed_to_grow_is_mapped_again_not_written_dead(slabs, monkeypatch):
+    writer = SlabWriter(min_bytes=0)
+    writer.write(_target(slabs, 1), _state(1.0))
+    real = os.posix_fallocate
+
+    def no_memory(fd, offset, size):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_memory)
+    bigger = {**_state(2.0), "extra": torch.zeros(4096)}
+    assert isinstance(writer.write(_target(slabs, 2), bigger)["extra"], PackedTensor)
+    assert not writer.wrote
+    monkeypatch.setattr(os, "posix_fallocate", real)
+    snap = writer.write(_target(slabs, 3), _state(3.0))  # no larger than before the failure
+    assert writer.wrote and float(unpack_tensors(snap)["model"]["w"][0, 0]) == 3.0
+    writer.close()

@@ -72,3 +72,25 @@ def test_a_checkpoint_written_from_a_slab_commit_holds_the_trained_state(
     index = json.loads((tmp_path / "index.json").read_text())
     saved = checkpoint_io.read(str(tmp_path / index["latest"]))
     assert _same(saved["models"][0], weights)
+
+
+def test_a_rank_off_the_drivers_node_reads_copies_of_the_slab_snapshots_only(ray_session):
+    from raysgd.driver.slabs import CommitSlabs, readable_on
+    from raysgd.state.commit import Commit
+    from raysgd.state.packing import PackedTensor
+    from raysgd.state.slab import SlabTarget, SlabTensor, machine_id
+    from raysgd.worker.slab_writer import SlabWriter
+
+    slabs, writer = CommitSlabs(), SlabWriter(min_bytes=0)
+    target = SlabTarget(os.getpid(), slabs._fd(0, 0), 1, machine=machine_id())
+    in_slab = ray_session.put({"state": writer.write(target, {"w": torch.ones(8)})})
+    in_store = ray_session.put({"state": {"w": torch.zeros(8)}})
+    commit = Commit(0, 0, 2, [in_slab, in_store], slab_version=1, slab_ranks=(0,))
+    here = ray_session.get_runtime_context().get_node_id()
+    local, remote = readable_on([here, "another-node"], commit)
+    assert local == [in_slab, in_store] and remote[1] is in_store
+    copied = ray_session.get(remote[0])["state"]["w"]
+    assert isinstance(copied, PackedTensor) and not isinstance(copied, SlabTensor)
+    assert readable_on(["another-node"], Commit(0, 0, 2, [in_slab, in_store]))[0][0] is in_slab
+    writer.close()
+    slabs.close()

@@ -48,13 +48,13 @@ def no_slabs(nodes: Sequence[str]) -> Tuple[None, List[None]]:
 
 def readable_on(nodes: Sequence[str], commit: Any) -> List[List[Any]]:
     """Per rank on ``nodes``, the snapshots it reads ``commit`` from: a rank off the
-    driver's node cannot open a slab, so it gets copies in Ray's store, made on the driver
-    (which reads the slab) once for all such ranks."""
+    driver's node cannot open a slab, so it gets copies in Ray's store of the snapshots that
+    are in one (``Commit.slab_ranks``), made on the driver once for all such ranks."""
     snapshots, here = list(commit.snapshots), _driver_node()
-    if commit.slab_version is None or all(node in (here, "local") for node in nodes):
+    if not commit.slab_ranks or all(node in (here, "local") for node in nodes):
         return [snapshots] * len(nodes)
-    copies = [ray.put(own_copies(ray.get(ref))) if isinstance(ref, ray.ObjectRef) else ref
-              for ref in snapshots]
+    copies = [ray.put(own_copies(ray.get(ref))) if rank in commit.slab_ranks else ref
+              for rank, ref in enumerate(snapshots)]
     return [snapshots if node in (here, "local") else copies for node in nodes]
 
 
@@ -90,7 +90,13 @@ class CommitSlabs:
         self._version += 1
         self._holds[slot] = self._version
         pid = os.getpid()
-        return self._version, [
+        try:
+            return self._version, self._targets(nodes, here, slot, pid)
+        except OSError:  # no memfd to be had (descriptors, memory): Ray's store, as before
+            return None, nothing
+
+    def _targets(self, nodes: Sequence[str], here: str, slot: int, pid: int):
+        return [
             SlabTarget(pid, self._fd(rank, slot), self._version,
                        tuple(self._fd(rank, other) for other in range(SLOTS) if other != slot),
                        self._machine)

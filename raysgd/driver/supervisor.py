@@ -397,4 +397,3 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
             self.group.shutdown(force=force)
             self.group = None
         self.commit = self._fallback = self._made = self._catch_up = None
-        self.slabs.close()

@@ -286,8 +286,10 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
             headers[0], local_snap = headers[0]
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
         self.copy_commit(snapshots)
+        in_slab = tuple(rank for rank, head in enumerate(headers) if head.get("in_slab"))
         return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
-                               snapshots, headers[0].get("epochs_done", 0), version)
+                               snapshots, headers[0].get("epochs_done", 0),
+                               version if in_slab else None, in_slab)
 
     def copy_commit(self, snapshots: List[Any]) -> None:
         self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)

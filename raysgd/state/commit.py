@@ -24,8 +24,10 @@ class Commit:
     world_size: int
     snapshots: List[Any] = field(default_factory=list)
     epochs_done: int = 0  # passes over the train loader finished (the trainer's ``epoch``)
-    # The slab version its snapshots may live in (``raysgd.driver.slabs``); None: Ray's store.
+    # The slab version its snapshots live in (``raysgd.driver.slabs``), and the ranks whose
+    # snapshot is there; None and (): all in Ray's store.
     slab_version: Optional[int] = None
+    slab_ranks: Tuple[int, ...] = ()
 
 
 class CommitAssembler:

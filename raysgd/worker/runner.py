@@ -222,7 +222,8 @@ class WorkerRunner(RunnerState):
         """A commit between calls: a small header and the snapshot (its tensors in ``slab``,
         the driver's shared memory, when given: ``raysgd.state.slab``)."""
         snap = self.snapshot(slab=slab)
-        return {"step": snap["step"], "call_done": 0, "epochs_done": snap["epochs_done"]}, snap
+        return {"step": snap["step"], "call_done": 0, "epochs_done": snap["epochs_done"],
+                "in_slab": self._slabs.wrote}, snap
 
     def update_scheduler(self, metric: Any) -> None:
         for scheduler in self.operator._schedulers:

@@ -41,6 +41,7 @@ class _Mapped:
             return False
         if self.map is not None:
             self.map.close()
+        self.map, self.size = None, 0  # until the new mapping exists (a failure leaves none)
         if os.fstat(self.file.fileno()).st_size < size:
             os.posix_fallocate(self.file.fileno(), 0, size)  # all pages at once, not per fault
         # Populated: every page mapped writable now (0.5 s for 1.6 GB), where a first copy
@@ -101,11 +102,12 @@ class SlabWriter:
         self.min_bytes = min_bytes
         self._open: Dict[Tuple[int, int], _Mapped] = {}
         self._warned = False
+        self.wrote = False  # whether the last write went to a slab
 
     def write(self, target: Optional[SlabTarget], state: Any) -> Any:
         """``pack_tensors(state)``, its tensors copied into ``target``'s slab when there is
         one and they are large enough; else as Ray will store it."""
-        packed = pack_tensors(state)
+        packed, self.wrote = pack_tensors(state), False
         tensors: List[PackedTensor] = []
         _leaves(packed, tensors)
         if target is None or sum(t.data.nbytes for t in tensors) < self.min_bytes:
@@ -113,13 +115,14 @@ class SlabWriter:
         offsets, size = _layout(tensors)
         try:
             slab = self._slab(target, size)
-        except OSError as exc:
+            slab.mark(target.version, 0)  # a write cut short leaves the slab unreadable
+            for tensor in tensors:
+                slab.copy_in(offsets[id(tensor)], tensor)
+            slab.mark(target.version, target.version)
+        except (OSError, ValueError) as exc:  # ValueError: a map a failed grow closed
             self._warn(target, exc)
             return packed
-        slab.mark(target.version, 0)
-        for tensor in tensors:
-            slab.copy_in(offsets[id(tensor)], tensor)
-        slab.mark(target.version, target.version)
+        self.wrote = True
         return _replace(packed, {id(t): SlabTensor(
             target.pid, target.fd, slab.ino, target.version, offsets[id(t)], t.data.nbytes,
             t.dtype, t.shape) for t in tensors})
@@ -137,7 +140,7 @@ class SlabWriter:
     def _mapped(self, target: SlabTarget, fd: int) -> _Mapped:
         path, key = slab_path(target.pid, fd), (target.pid, fd)
         slab = self._open.get(key)
-        if slab is not None and os.stat(path).st_ino != slab.ino:
+        if slab is not None and (slab.map is None or os.stat(path).st_ino != slab.ino):
             slab.close()  # the driver's descriptor now names another slab (a new trainer)
             slab = None
         if slab is None:
