@@ -69,6 +69,17 @@ def test_a_commit_whose_slab_was_overwritten_is_refused_by_every_reader(slabs):
     writer.close()
 
 
+def test_a_read_opens_each_slab_once_whatever_its_tensor_count(slabs, monkeypatch):
+    writer = SlabWriter(min_bytes=0)
+    snap = writer.write(_target(slabs, 1), {"t": [torch.full((8,), float(i)) for i in range(50)]})
+    opened, real_open = [], SlabTensor._open
+    monkeypatch.setattr(SlabTensor, "_open", lambda self: opened.append(self) or real_open(self))
+    back = unpack_tensors(snap)
+    assert [float(t[0]) for t in back["t"]] == [float(i) for i in range(50)]
+    assert len(opened) == 2  # one mapping for all 50 tensors, one check after the copies
+    writer.close()
+
+
 def test_small_commits_and_unopenable_slabs_stay_for_rays_store(slabs, caplog):
     small = SlabWriter().write(_target(slabs, 1), _state())  # far below SLAB_MIN_BYTES
     assert all(isinstance(leaf, PackedTensor) for leaf in _leaves(small["model"]))

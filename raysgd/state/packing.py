@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Tuple
+from typing import Any, Iterator, Tuple
 
 import numpy as np
 import torch
 
-from raysgd.state.slab import SlabTensor
+from raysgd.state.slab import SlabTensor, reading
 
 
 @dataclass(frozen=True)
@@ -33,21 +33,37 @@ class PackedTensor:
     def nbytes(self) -> int:
         return self.data.nbytes
 
+    slab = None  # bytes Ray stores never change (a slab's may: ``SlabTensor.verify``)
+
     def verify(self) -> None:
-        """Bytes Ray stores never change (a slab's may: ``SlabTensor.verify``)."""
+        pass
 
 
 PACKED = (PackedTensor, SlabTensor)
 
 
-def _map(obj: Any, kind: type, fn) -> Any:
+def map_leaves(obj: Any, kind: Any, fn) -> Any:
+    """``obj`` (nested dicts, lists, tuples) with each leaf of type ``kind`` replaced by
+    ``fn(leaf)``."""
     if isinstance(obj, kind):
         return fn(obj)
     if isinstance(obj, dict):
-        return type(obj)((key, _map(value, kind, fn)) for key, value in obj.items())
+        return type(obj)((key, map_leaves(value, kind, fn)) for key, value in obj.items())
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_map(value, kind, fn) for value in obj)
+        return type(obj)(map_leaves(value, kind, fn) for value in obj)
     return obj
+
+
+def leaves(obj: Any, kind: Any) -> Iterator[Any]:
+    """The leaves of type ``kind`` inside ``obj``, in :func:`map_leaves`' order."""
+    if isinstance(obj, kind):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from leaves(value, kind)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from leaves(value, kind)
 
 
 def _pack(tensor: torch.Tensor) -> Any:
@@ -61,7 +77,6 @@ def _unpack(packed: PackedTensor) -> torch.Tensor:
     # Copy: the array may be a read-only view of shared memory, and optimizer
     # state loaded from it would otherwise be updated in place there.
     data = torch.from_numpy(np.array(packed.data, copy=True))
-    packed.verify()
     return data.view(packed.dtype).reshape(packed.shape)
 
 
@@ -76,30 +91,41 @@ def view_tensor(packed: Any) -> torch.Tensor:
 
 def pack_tensors(obj: Any) -> Any:
     """Every CPU tensor inside nested dicts/lists/tuples as a :class:`PackedTensor` (no copy)."""
-    return _map(obj, torch.Tensor, _pack)
+    return map_leaves(obj, torch.Tensor, _pack)
 
 
 def unpack_tensors(obj: Any) -> Any:
     """The inverse of :func:`pack_tensors`, as fresh writable tensors."""
-    return _map(obj, PACKED, _unpack)
+    with reading():
+        out = map_leaves(obj, PACKED, _unpack)
+    verify_packed(obj)
+    return out
 
 
 def view_tensors(obj: Any) -> Any:
-    """:func:`unpack_tensors` without the copies, for state that is only read (written out)."""
-    return _map(obj, PACKED, view_tensor)
+    """:func:`unpack_tensors` without the copies, for state that is only read (written out;
+    the reader calls :func:`verify_packed` once it has read them)."""
+    with reading():
+        return map_leaves(obj, PACKED, view_tensor)
 
 
 def own_copies(obj: Any) -> Any:
     """``obj`` with every packed tensor's bytes copied (no longer a view of anything)."""
     def copy(packed: Any) -> PackedTensor:
-        owned = PackedTensor(np.array(packed.data, copy=True), packed.dtype, packed.shape)
-        packed.verify()
-        return owned
+        return PackedTensor(np.array(packed.data, copy=True), packed.dtype, packed.shape)
 
-    return _map(obj, PACKED, copy)
+    with reading():
+        out = map_leaves(obj, PACKED, copy)
+    verify_packed(obj)
+    return out
 
 
 def verify_packed(obj: Any) -> None:
     """Raise :class:`raysgd.errors.SlabCommitLost` if a slab under ``obj`` was overwritten
-    (after its views were read: what was read is then not one commit)."""
-    _map(obj, PACKED, lambda packed: packed.verify())
+    (after its views were read: what was read is then not one commit). Each slab is checked
+    once: its header covers every tensor in it."""
+    checked = set()
+    for packed in leaves(obj, SlabTensor):
+        if packed.slab not in checked:
+            checked.add(packed.slab)
+            packed.verify()

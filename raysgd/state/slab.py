@@ -22,11 +22,13 @@ and read the bytes only when asked (``data``), with the interface of
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
+import threading
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -90,6 +92,24 @@ def read_header(fd: int) -> Tuple[int, int]:
     return (writing, done) if magic == MAGIC else (0, 0)
 
 
+_reads = threading.local()  # ``maps``: each slab mapped once while ``reading()`` is open
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[None]:
+    """Within it, every :attr:`SlabTensor.data` of one slab shares one mapping (a state has
+    hundreds of tensors; each would otherwise open and map its slab). On leaving, the
+    mappings are dropped; views handed out keep theirs alive until they go."""
+    outer = getattr(_reads, "maps", None)
+    if outer is None:
+        _reads.maps = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _reads.maps = None
+
+
 @dataclass(frozen=True)
 class SlabTensor:
     """A commit's tensor held in a slab: ``nbytes`` bytes at ``offset``, written as
@@ -105,17 +125,26 @@ class SlabTensor:
     shape: Tuple[int, ...]
 
     @property
+    def slab(self) -> Tuple[int, int, int, int]:
+        """Which slab and version hold the bytes: one :meth:`verify` covers all of its."""
+        return self.pid, self.fd, self.ino, self.version
+
+    @property
     def data(self) -> np.ndarray:
-        """The bytes, viewed read-only where the slab keeps them (mapped on each call:
-        nothing stays mapped once the view is dropped)."""
+        """The bytes, viewed read-only where the slab keeps them (nothing stays mapped once
+        the view is dropped and no ``reading()`` is open)."""
         if self.nbytes == 0:
             return np.empty(0, dtype=np.uint8)
-        with self._open() as fd:
-            start = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
-            mapped = mmap.mmap(fd.fileno(), self.offset - start + self.nbytes,
-                               flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=start)
-        return np.frombuffer(mapped, dtype=np.uint8, count=self.nbytes,
-                             offset=self.offset - start)
+        maps: Optional[Dict[tuple, mmap.mmap]] = getattr(_reads, "maps", None)
+        if maps is None:
+            maps = {}  # outside ``reading()``: this call's own
+        mapped = maps.get(self.slab)
+        if mapped is None or len(mapped) < self.offset + self.nbytes:
+            with self._open() as handle:  # the whole slab: the next tensor is in it too
+                mapped = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_SHARED,
+                                   prot=mmap.PROT_READ)
+            maps[self.slab] = mapped
+        return np.frombuffer(mapped, dtype=np.uint8, count=self.nbytes, offset=self.offset)
 
     def verify(self) -> None:
         """Raise :class:`SlabCommitLost` unless the slab still holds this version whole;

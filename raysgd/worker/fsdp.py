@@ -30,6 +30,8 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from raysgd.config import RankInfo
 from raysgd.errors import CheckpointError, ConfigError
 from raysgd.state.chunks import as_tensor, assemble, make_chunk
+from raysgd.state.packing import verify_packed
+from raysgd.state.slab import reading
 from raysgd.strategy import FSDP
 from raysgd.state.sharded_dir import SHARDED_KEY
 from raysgd.worker import dcp_io, distributed
@@ -208,11 +210,13 @@ class FSDPStrategy:
             full = [distributed.strip_ddp_prefix(state, model)
                     for state, model in zip(primary["models"], models)]
             parts = [{"models": full, "optimizers": primary["optimizers"]}]
-        for i, model in enumerate(models):
-            model.load_state_dict(_model_state(model, [p["models"][i] for p in parts]))
-        for i, optimizer in enumerate(optimizers):
-            optimizer.load_state_dict(_optimizer_state(optimizer,
-                                                       [p["optimizers"][i] for p in parts]))
+        with reading():  # each slab mapped once, not once per tensor
+            for i, model in enumerate(models):
+                model.load_state_dict(_model_state(model, [p["models"][i] for p in parts]))
+            for i, optimizer in enumerate(optimizers):
+                optimizer.load_state_dict(_optimizer_state(optimizer,
+                                                           [p["optimizers"][i] for p in parts]))
+        verify_packed(parts)  # a slab read while a newer commit overwrote it is refused
 
     def full_models(self, models: list, to_cpu: bool) -> Optional[list]:
         """Unsharded CPU copies of the models on rank 0 (gathered; None elsewhere)."""

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from raysgd.state.packing import PackedTensor, pack_tensors
+from raysgd.state.packing import PackedTensor, leaves, map_leaves, pack_tensors
 from raysgd.state.slab import (ALIGN, HEADER, HEADER_BYTES, MAGIC, SlabTarget, SlabTensor,
                                check_slab, slab_path)
 
@@ -67,17 +67,6 @@ class _Mapped:
         self.file.close()
 
 
-def _leaves(obj: Any, found: List[PackedTensor]) -> None:
-    if isinstance(obj, PackedTensor):
-        found.append(obj)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            _leaves(value, found)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            _leaves(value, found)
-
-
 def _layout(tensors: List[PackedTensor]) -> Tuple[Dict[int, int], int]:
     """Each tensor's offset (by ``id``) and the slab size they need."""
     offsets, end = {}, HEADER_BYTES
@@ -85,16 +74,6 @@ def _layout(tensors: List[PackedTensor]) -> Tuple[Dict[int, int], int]:
         offsets[id(packed)] = end
         end += -(-packed.data.nbytes // ALIGN) * ALIGN
     return offsets, end
-
-
-def _replace(obj: Any, swap: Dict[int, SlabTensor]) -> Any:
-    if isinstance(obj, PackedTensor):
-        return swap.get(id(obj), obj)
-    if isinstance(obj, dict):
-        return type(obj)((key, _replace(value, swap)) for key, value in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace(value, swap) for value in obj)
-    return obj
 
 
 class SlabWriter:
@@ -108,9 +87,10 @@ class SlabWriter:
         """``pack_tensors(state)``, its tensors copied into ``target``'s slab when there is
         one and they are large enough; else as Ray will store it."""
         packed, self.wrote = pack_tensors(state), False
-        tensors: List[PackedTensor] = []
-        _leaves(packed, tensors)
-        if target is None or sum(t.data.nbytes for t in tensors) < self.min_bytes:
+        if target is None:  # most commits (in-epoch ones, off-node ranks): nothing to walk
+            return packed
+        tensors: List[PackedTensor] = list(leaves(packed, PackedTensor))
+        if sum(t.data.nbytes for t in tensors) < self.min_bytes:
             return packed
         offsets, size = _layout(tensors)
         try:
@@ -123,9 +103,9 @@ class SlabWriter:
             self._warn(target, exc)
             return packed
         self.wrote = True
-        return _replace(packed, {id(t): SlabTensor(
+        return map_leaves(packed, PackedTensor, lambda t: SlabTensor(
             target.pid, target.fd, slab.ino, target.version, offsets[id(t)], t.data.nbytes,
-            t.dtype, t.shape) for t in tensors})
+            t.dtype, t.shape))
 
     def _slab(self, target: SlabTarget, size: int) -> _Mapped:
         slab = self._mapped(target, target.fd)
