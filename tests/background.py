@@ -22,10 +22,22 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PARALLEL = 2
+# Every run's (command, start, end), in seconds since the session began: the suite's time
+# is a bar, and the terminal summary (conftest) shows where the background runs spent it.
+SESSION_START = time.monotonic()
+RUNS: List[Tuple[str, float, float]] = []
+
+
+def run_label(command: List[str]) -> str:
+    """A run's name in the summary: its module or script and first arguments."""
+    args = command[2:] if len(command) > 2 and command[1] == "-m" else command[1:]
+    name = command[2] if len(command) > 2 and command[1] == "-m" else os.path.basename(command[1])
+    return " ".join([name, *[a for a in args[1:4] if not a.startswith("/")]])[:70]
 
 
 class Batch:
@@ -107,6 +119,7 @@ class Batch:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True, **kwargs)
             self._running.append(proc)
+        began = time.monotonic() - SESSION_START
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -116,6 +129,7 @@ class Batch:
         finally:
             with self._lock:
                 self._running.remove(proc)
+            RUNS.append((run_label(command), began, time.monotonic() - SESSION_START))
         return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
     def close(self) -> None:

@@ -36,11 +36,13 @@ DEADLINE_S = 20
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
-def make(pid_dir, **kwargs):
+def make(pid_dir, sleep_s=0.1, **kwargs):
+    """``sleep_s`` per batch paces the faulted runs (a notice or a removal lands mid-call);
+    it changes no weight, so the reference runs without it."""
     return TorchTrainer(training_operator_cls=FaultyOperator, num_workers=2, use_gpu=False,
                         checkpoint_every_n_steps=3,
                         config={BATCH_SIZE: 32, "data_size": 32 * STEPS, "pid_dir": pid_dir,
-                                "sleep_s": 0.1}, **kwargs)
+                                "sleep_s": sleep_s}, **kwargs)
 
 
 def weights(trainer):
@@ -84,7 +86,7 @@ def main(tmp):
     messages = Messages()
     logging.getLogger("raysgd").addHandler(messages)
 
-    reference = make(os.path.join(tmp, "ref"))
+    reference = make(os.path.join(tmp, "ref"), sleep_s=0.0)
     ref_epochs = [reference.train(num_steps=steps)["epoch"] for steps in CALLS]
     ref_weights = weights(reference)
     reference.shutdown()

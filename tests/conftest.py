@@ -99,6 +99,16 @@ def pytest_collection_finish(session):
     session.config.stash[_BENCH_QUICK] = (runs, out_dir)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """When each background run (``background.Batch``) started and ended in the session."""
+    from background import RUNS
+
+    if RUNS:
+        terminalreporter.section("background runs (s from the session's start)")
+        for label, began, ended in sorted(RUNS, key=lambda run: run[1]):
+            terminalreporter.write_line(f"{began:7.0f} {ended:7.0f} {ended - began:6.0f}  {label}")
+
+
 def pytest_sessionfinish(session):
     runs, out_dir = session.config.stash.get(_BENCH_QUICK, (None, None))
     if runs is not None:
