@@ -88,6 +88,14 @@ def test_sigkill_mid_epoch_recovers_to_bitwise_equal_weights(
         assert stats.failures == 1 and stats.recoveries == 1 and stats.num_workers == 2
         assert 0 <= stats.steps_lost <= most_lost
         assert stats.last_recovery_s is not None and stats.last_recovery_s < 30
+        # Where the recovery's seconds went: the survivors asked, a newcomer seated beside
+        # them, the commit restored, the next step; the parts add up to the total.
+        phases, = stats.recovery_phases
+        assert phases["total_s"] == stats.last_recovery_s
+        assert {"survivors_s", "replace_s", "restore_s", "first_step_s"} <= set(phases)
+        assert "restart_s" not in phases  # the survivor stayed: no new group
+        assert sum(v for k, v in phases.items() if k != "total_s") == \
+            pytest.approx(phases["total_s"], abs=1e-6)
         if batchnorm:
             assert "rank 0 died and its models hold buffers" in caplog.text
         ref_weights, ref_epochs, ref_val = reference

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 from raysgd.driver.catch_up import CatchUp, DataRefresh, GroupCall, Made, TrainCall
 from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
+from raysgd.driver.recovery_stats import RecoveryClock, RecoveryStats
 from raysgd.driver.replicas import lost_objects
 from raysgd.driver.slabs import HeldSlabs
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
@@ -40,27 +40,6 @@ from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesEx
 from raysgd.state.commit import Commit
 
 logger = logging.getLogger("raysgd")
-
-
-@dataclass
-class RecoveryStats:
-    """What fault tolerance has done so far (``trainer.recovery_stats``)."""
-
-    failures: int = 0
-    recoveries: int = 0
-    steps_lost: int = 0
-    recovery_times_s: List[float] = field(default_factory=list)
-    num_workers: int = 0
-    resizes: List[Tuple[int, int, str]] = field(default_factory=list)
-    user_errors: int = 0  # exceptions from user code, each rolled back to the last commit
-    preemptions: int = 0  # ranks moved off a draining node (not failures: no retry spent)
-    # Seconds from each preemption notice to the next completed step.
-    handover_times_s: List[float] = field(default_factory=list)
-
-    @property
-    def last_recovery_s(self) -> Optional[float]:
-        """Seconds from the last failure to the next completed step."""
-        return self.recovery_times_s[-1] if self.recovery_times_s else None
 
 
 def _dead_ranks(failure: WorkerFailedError) -> List[int]:
@@ -89,7 +68,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         # must be done again after a rollback to the fallback before the next call trains.
         self._made: Optional[Made] = None
         self._catch_up: Optional[Made] = None
-        self._failed_at: Optional[float] = None  # wall time of the failure being recovered
+        self._clock = RecoveryClock()  # the recovery under way: its parts' seconds
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
         self._init_slabs(kept)  # ``kept``: the commits the disk writer has yet to write
@@ -217,8 +196,9 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
     def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
         """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
-        self._failed_at = time.time()
-        self._from_survivors(failure)
+        self._clock.start()
+        with self._clock.phase("survivors"):
+            self._from_survivors(failure)
         steps_lost = 0 if reached is None else max(0, reached - self.commit.step)
         self.stats.steps_lost += steps_lost
         logger.warning("raysgd: recovering from worker failure (ranks %s), rolling back to step "
@@ -235,7 +215,8 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
                 self.group = None
                 raise RetriesExhaustedError(
                     f"Giving up after worker failure: {decision.reason}.", failure.failures) from failure
-            time.sleep(decision.wait_s)
+            with self._clock.phase("backoff"):
+                time.sleep(decision.wait_s)
             count = min(decision.num_workers, ceiling)
             reason = decision.reason if count == decision.num_workers else \
                 f"resize to {count} of {self.target} worker(s): a larger group could not be placed"
@@ -267,7 +248,8 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
             return self.policy.on_failure(self._placeable(previous))
         decision = self.policy.on_failure(previous)  # the dead ranks' bundles are still ours
         if decision.retry:
-            time.sleep(decision.wait_s)
+            with self._clock.phase("backoff"):
+                time.sleep(decision.wait_s)
             if self._replaced(dead):
                 return None
         self.group.shutdown(force=True)
@@ -278,7 +260,8 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         """Newcomers take the ``dead`` ranks' places, the survivors stay; every rank loads
         the commit. False (the group is then stopped) when that fails."""
         try:
-            capabilities = self.group.replace(dead, avoid=self.drains.draining)
+            with self._clock.phase("replace"):
+                capabilities = self.group.replace(dead, avoid=self.drains.draining)
             self._restore(self.group)
         except Exception as exc:  # noqa: BLE001 - a half re-formed group must not train on:
             # the full restart below sets every rank up anew (and raises a user error again)
@@ -325,7 +308,8 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
 
     def _relaunch(self, count: int, reason: str, previous: int) -> bool:
         try:
-            group, capabilities = self._launch(count, recovering=True)
+            with self._clock.phase("restart"):
+                group, capabilities = self._launch(count, recovering=True)
         except (ResourcesUnavailableError, WorkerFailedError) as exc:
             logger.warning("raysgd: restart with %d worker(s) failed: %s", count, exc)
             return False
@@ -349,6 +333,10 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
     def _restore(self, group: Any, **kwargs) -> None:
         """``group.restore(self.commit)``; when a lost node took part of that commit along
         before its copy landed, the commit before it (the fallback) instead."""
+        with self._clock.phase("restore"):
+            self._restore_commit(group, **kwargs)
+
+    def _restore_commit(self, group: Any, **kwargs) -> None:
         try:
             group.restore(self.commit, **kwargs)
         except Exception as exc:
@@ -373,10 +361,10 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         return max(0, self._reached(watch) - self.commit.step)
 
     def _note_recovery_time(self, first_step_wall: Optional[float]) -> None:
-        if self._failed_at is None:
-            return
-        self.stats.recovery_times_s.append((first_step_wall or time.time()) - self._failed_at)
-        self._failed_at = None
+        parts = self._clock.finish(first_step_wall)
+        if parts is not None:
+            self.stats.recovery_times_s.append(parts["total_s"])
+            self.stats.recovery_phases.append(parts)
 
     def _scale_up(self) -> None:
         """At the start of a call, grow back towards ``num_workers`` when resources returned."""
