@@ -117,3 +117,22 @@ def test_a_rollback_during_a_notice_is_charged_to_the_kill_before_it():
     kill, preempt = figures["events"]
     assert kill["redone_steps"] == 4 and preempt["redone_steps"] == 0
     assert preempt["pause_s"] == pytest.approx(2.0)
+
+
+def test_raysgds_recovery_parts_are_summarized_and_printed():
+    from bench.chaos.summary import recovery_parts
+    from bench.chaos.tables import recovery_parts_table
+
+    reported = {"recovery_phases": [
+        {"survivors_s": 0.1, "replace_s": 1.0, "restore_s": 0.2, "first_step_s": 0.3,
+         "other_s": 0.0, "total_s": 1.6},
+        {"restart_s": 3.0, "restore_s": 0.4, "first_step_s": 0.6, "other_s": 0.0,
+         "total_s": 4.0}]}
+    parts = recovery_parts([{"reported": reported}, {"reported": {}}])
+    assert parts["recoveries"] == 2
+    assert parts["replace_s"]["median"] == pytest.approx(0.5)  # 1.0 and 0 (not run)
+    assert parts["total_s"]["max"] == 4.0
+    assert recovery_parts([{"reported": {}}]) == {}
+    table = recovery_parts_table({"raysgd@20s": {"recovery_parts": parts},
+                                  "torchrun@20s": {"recovery_parts": {}}})
+    assert "raysgd@20s" in table and "torchrun" not in table and "replace" in table

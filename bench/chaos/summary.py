@@ -65,6 +65,22 @@ def breakdown(runs: List[Dict[str, Any]], step_s: Optional[float]) -> Dict[str, 
     return out
 
 
+# The parts of a recovery raysgd reports (``recovery_stats.recovery_phases``), in path order.
+RECOVERY_PARTS = ("survivors_s", "replace_s", "restart_s", "restore_s", "backoff_s",
+                  "first_step_s", "other_s", "total_s")
+
+
+def recovery_parts(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Each part's median [min-max] over every recovery the trainer reported in ``runs`` (a
+    part a recovery did not run counts 0 s); empty when it reported none."""
+    phases = [phase for run in runs
+              for phase in (run.get("reported") or {}).get("recovery_phases", [])]
+    if not phases:
+        return {}
+    return {"recoveries": len(phases),
+            **{part: stats([phase.get(part, 0.0) for phase in phases]) for part in RECOVERY_PARTS}}
+
+
 def summarize_cells(cells: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
     """Every cell's figures (medians with min–max over its runs) and breakdown."""
     baseline = baseline_rate(cells)
@@ -86,7 +102,8 @@ def summarize_cells(cells: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[st
             "events_missed": sum(run["events_missed"] for run in good),
             "trainer_errors": sum(bool(run.get("trainer_error")) for run in runs),
             "runs": len(runs), "ok_runs": len(good),
-            "breakdown": breakdown(good, _step_s(cells, trainer, baseline, batch))}
+            "breakdown": breakdown(good, _step_s(cells, trainer, baseline, batch)),
+            "recovery_parts": recovery_parts(good)}
     return out
 
 

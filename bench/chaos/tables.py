@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional
 
 from tabulate import tabulate
 
-from bench.chaos.summary import LABELS
+from bench.chaos.summary import LABELS, RECOVERY_PARTS
 
 
 def _fmt(stats: Optional[Dict[str, float]], digits: int = 2) -> str:
@@ -57,6 +57,17 @@ def breakdown_table(summaries: Dict[str, Dict[str, Any]]) -> str:
                                    "lost s/event", "lost s total"])
 
 
+def recovery_parts_table(summaries: Dict[str, Dict[str, Any]]) -> str:
+    """Where raysgd's recoveries spent their seconds (``recovery_stats.recovery_phases``)."""
+    rows = [[key, cell["recovery_parts"]["recoveries"],
+             *(_fmt(cell["recovery_parts"][part]) for part in RECOVERY_PARTS)]
+            for key, cell in summaries.items() if cell.get("recovery_parts")]
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["recovery parts (s)", "n",
+                                   *(part[:-2] for part in RECOVERY_PARTS)])
+
+
 def target_table(rows: List[Dict[str, Any]]) -> str:
     return tabulate([[r["target"], "-" if r["value"] is None else f"{r['value']:.3f}", r["bar"],
                       {True: "yes", False: "NO", None: "-"}[r["met"]]] for r in rows],
@@ -70,7 +81,7 @@ def print_report(summaries: Dict[str, Dict[str, Any]], rows: List[Dict[str, Any]
           f"peers checkpoint every {meta['peer_checkpoint_every_steps']} steps; "
           f"{meta['cpus']} cores shared by every simulated node\n")
     for part in (goodput_table(summaries), cell_table(summaries), breakdown_table(summaries),
-                 target_table(rows)):
+                 recovery_parts_table(summaries), target_table(rows)):
         if part:
             print(part + "\n")
     print("lost s = the longest pause after an event plus its redone steps at the trainer's "
