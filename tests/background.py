@@ -27,17 +27,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PARALLEL = 2
-# Every run's (command, start, end), in seconds since the session began: the suite's time
-# is a bar, and the terminal summary (conftest) shows where the background runs spent it.
+# Every job's (name, start, end), in seconds since the session began: the suite's time is
+# a bar, and the terminal summary (conftest) shows where the background jobs spent it.
 SESSION_START = time.monotonic()
 RUNS: List[Tuple[str, float, float]] = []
-
-
-def run_label(command: List[str]) -> str:
-    """A run's name in the summary: its module or script and first arguments."""
-    args = command[2:] if len(command) > 2 and command[1] == "-m" else command[1:]
-    name = command[2] if len(command) > 2 and command[1] == "-m" else os.path.basename(command[1])
-    return " ".join([name, *[a for a in args[1:4] if not a.startswith("/")]])[:70]
 
 
 class Batch:
@@ -67,14 +60,14 @@ class Batch:
             for name, job in self._jobs.items():
                 if name not in self._futures:
                     index = len(self._futures)
-                    self._futures[name] = self._pool.submit(self._in_lane, index, job)
+                    self._futures[name] = self._pool.submit(self._in_lane, index, name, job)
             self._widen(self._parallel if width is None else width)
 
     def _widen(self, width: int) -> None:
         self._width = max(self._width, min(width, self._parallel))
         self._lanes.notify_all()
 
-    def _in_lane(self, index: int, job: Callable[["Batch"], Any]) -> Any:
+    def _in_lane(self, index: int, name: str, job: Callable[["Batch"], Any]) -> Any:
         with self._lanes:
             self._lanes.wait_for(lambda: self._closed or (
                 self._next == index and self._busy < self._width))
@@ -83,9 +76,11 @@ class Batch:
             self._next += 1
             self._busy += 1
             self._lanes.notify_all()
+        began = time.monotonic() - SESSION_START
         try:
             return job(self)
         finally:
+            RUNS.append((name, began, time.monotonic() - SESSION_START))
             with self._lanes:
                 self._busy -= 1
                 self._lanes.notify_all()
@@ -119,7 +114,6 @@ class Batch:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True, **kwargs)
             self._running.append(proc)
-        began = time.monotonic() - SESSION_START
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -129,7 +123,6 @@ class Batch:
         finally:
             with self._lock:
                 self._running.remove(proc)
-            RUNS.append((run_label(command), began, time.monotonic() - SESSION_START))
         return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
     def close(self) -> None:

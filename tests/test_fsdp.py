@@ -15,12 +15,12 @@ from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from fsdp_operators import Block, StackOperator, stack
-from cluster_scripts import run_cluster_script
+from cluster_scripts import WAIT_S as CLUSTER_WAIT_S, cluster_result
 from operators_for_tests import FaultyOperator
 from raysgd import FSDP, TorchTrainer
 from raysgd.errors import CheckpointError
 from raysgd.state.chunks import is_chunk
-from raysgd.state.packing import PackedTensor
+from raysgd.state.packing import PackedTensor, leaves
 from raysgd.utils import BATCH_SIZE
 from test_fault_tolerance import kill_at_step
 
@@ -95,30 +95,17 @@ def test_fsdp_reaches_the_weights_ddp_reaches(ray_cpus, plain_fsdp, options):
         ddp_state["optimizers"][0]["param_groups"][0]["params"]
 
 
-def _leaves(obj, match):
-    """Every value inside nested dicts, lists and tuples for which ``match`` holds (a match
-    is not searched further)."""
-    if match(obj):
-        yield obj
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _leaves(value, match)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from _leaves(value, match)
-
-
 def _chunks(obj):
-    return _leaves(obj, is_chunk)
+    return leaves(obj, is_chunk)
 
 
 def _tensors(obj):
-    return _leaves(obj, lambda value: isinstance(value, torch.Tensor))
+    return leaves(obj, torch.Tensor)
 
 
 def _packed_bytes(obj):
     return sum(packed.data.nbytes
-               for packed in _leaves(obj, lambda value: isinstance(value, PackedTensor)))
+               for packed in leaves(obj, PackedTensor))
 
 
 def check_commit_holds_shards_only(trainer, num_workers):
@@ -326,10 +313,11 @@ def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(tmp_path):
-    """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py)."""
-    seen = run_cluster_script("cluster_fsdp.py", str(tmp_path), timeout=360)
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(bench_quick):
+    """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py, a
+    background job of the session)."""
+    seen = cluster_result(bench_quick, "cluster_fsdp.py")
     assert seen["first"] == 512
     assert seen["copies"] == {"distinct_rank_nodes": True, "each_on_both_worker_nodes": True,
                               "none_on_driver_node": True}

@@ -55,15 +55,23 @@ def map_leaves(obj: Any, kind: Any, fn) -> Any:
 
 
 def leaves(obj: Any, kind: Any) -> Iterator[Any]:
-    """The leaves of type ``kind`` inside ``obj``, in :func:`map_leaves`' order."""
-    if isinstance(obj, kind):
+    """The values inside ``obj`` of type ``kind`` (a type or a tuple of them) or, when
+    ``kind`` is a predicate, for which it holds; in :func:`map_leaves`' order, a match not
+    searched further."""
+    if isinstance(kind, (type, tuple)):
+        return _leaves(obj, lambda value: isinstance(value, kind))
+    return _leaves(obj, kind)
+
+
+def _leaves(obj: Any, match) -> Iterator[Any]:
+    if match(obj):
         yield obj
     elif isinstance(obj, dict):
         for value in obj.values():
-            yield from leaves(value, kind)
+            yield from _leaves(value, match)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
-            yield from leaves(value, kind)
+            yield from _leaves(value, match)
 
 
 def _pack(tensor: torch.Tensor) -> Any:
