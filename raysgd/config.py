@@ -180,8 +180,9 @@ class WarmSettings:
     """Warm processes (``raysgd.driver.pool``): reuse a stopped trainer's workers, keep spares."""
 
     reuse: bool = True  # shutdown() hands the workers to the pool; a new group takes them
-    # Warm processes (no CPU or GPU reserved while idle) for a dead rank's place. None: one,
-    # on a node with a CPU the group did not reserve (raysgd.driver.spare_plan).
+    # Warm processes (no CPU or GPU reserved while idle) for a dead rank's place. None: on
+    # CPUs the group did not reserve, one per rank of the busiest node where other nodes have
+    # them, else one (raysgd.driver.spare_plan).
     spares: Optional[int] = 0
 
     @classmethod

@@ -7,7 +7,7 @@ a bare "training failed".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 def first_line(exc: BaseException) -> str:
@@ -75,6 +75,9 @@ class WorkerFailedError(RaySGDError, RuntimeError):
 
     def __init__(self, message: str, failures: Sequence[RankFailure] = ()):
         self.failures = tuple(sorted(failures, key=lambda f: f.rank))
+        # Wall time the dead ranks last answered the driver (None: unknown); their death
+        # came after it, so a recovery counts from there (``recovery_phases``' detect_s).
+        self.last_seen: Optional[float] = None
         details = "\n".join("  " + f.describe() for f in self.failures)
         super().__init__(f"{message}\n{details}" if details else message)
 

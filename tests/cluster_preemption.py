@@ -5,9 +5,12 @@ of them. Every run makes the same calls (``CALLS``): an epoch, a long call of th
 epochs' steps, an epoch. An unfaulted run first gives the reference weights. Then the
 same run again: at the start of the long call the workers' node is drained with Ray's
 command line (reason preemption, a deadline of ``DEADLINE_S``), as KubeRay and the
-autoscaler do, and removed at its deadline; the notice lands well inside that call. Then, with a node added back, a run with its workers on two nodes
-(``SPREAD``) loses rank 1's node mid-epoch: the survivor stays and rank 1 restarts where
-Ray places its bundle anew. Prints one JSON line with what it saw.
+autoscaler do, and removed at its deadline; the notice lands well inside that call. Then,
+with a node added back, a run with its workers on two nodes (``SPREAD``) loses rank 1's
+node mid-epoch: the survivor stays and rank 1 restarts where Ray places its bundle anew.
+Last, with a node added back again, the node holding both ranks is lost mid-epoch and the
+two spares the default keeps on the other node take over. Prints one JSON line with what
+it saw.
 """
 import json
 import logging
@@ -116,6 +119,11 @@ def main(tmp):
     cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
     result["lost_node"] = lose_a_node(cluster, os.path.join(tmp, "lost"), ref_weights)
+    release_idle_workers()
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    result["lost_both"] = lose_both_ranks(cluster, os.path.join(tmp, "both"), ref_weights,
+                                          messages)
     ray.shutdown()
     cluster.shutdown()
     print("RESULT " + json.dumps(result), flush=True)
@@ -145,6 +153,45 @@ def lose_a_node(cluster, pid_dir, ref_weights):
     stats = vars(trainer.recovery_stats).copy()
     seen = {"before": before, "after": after, "stats": stats,
             "same_weights": weights(trainer) == ref_weights}
+    trainer.shutdown()
+    return seen
+
+
+def lose_both_ranks(cluster, pid_dir, ref_weights, messages):
+    """The node holding both ranks removed mid-epoch; the default keeps a spare per rank of
+    that node on the other one (spares for a node), and both take over."""
+    os.makedirs(pid_dir)
+    trainer = make(pid_dir)
+    trainer.train(num_steps=CALLS[0])
+    before = trainer.apply_all_workers(lambda: (os.getpid(),
+                                                ray.get_runtime_context().get_node_id()))
+    node = next(n for n in cluster.list_all_nodes() if n.node_id == before[0][1])
+    # Spares start at the first commit; wait until both are warm (there is no public way to
+    # ask, so this looks inside) so that the run below shows them taking over.
+    group = trainer._supervisor.group
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+            len(group.spares) == 2 and all(s._outcome() for s in group.spares)):
+        time.sleep(0.1)
+    spare_nodes = sorted(s.node_now() for s in group.spares)
+    said = len(messages.lines)
+
+    def remove_mid_epoch():
+        while read_step(pid_dir) < STEPS + STEPS // 2:
+            time.sleep(0.01)
+        cluster.remove_node(node)
+
+    remover = threading.Thread(target=remove_mid_epoch)
+    remover.start()
+    trainer.train(num_steps=CALLS[1])
+    remover.join()
+    trainer.train(num_steps=CALLS[2])
+    after = trainer.apply_all_workers(lambda: (os.getpid(),
+                                               ray.get_runtime_context().get_node_id()))
+    stats = vars(trainer.recovery_stats).copy()
+    seen = {"before": before, "after": after, "stats": stats, "spare_nodes": spare_nodes,
+            "same_weights": weights(trainer) == ref_weights,
+            "taken": [m for m in messages.lines[said:] if "warm spare(s)" in m]}
     trainer.shutdown()
     return seen
 

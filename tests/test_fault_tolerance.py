@@ -244,6 +244,20 @@ def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(tm
     assert lost["stats"]["failures"] == 1 and lost["stats"]["recoveries"] == 1
     assert lost["stats"]["resizes"] == [] and lost["stats"]["num_workers"] == 2
     assert lost["same_weights"]
+    # Last, the node holding both ranks is lost: the default kept two spares on the other
+    # node (spares for a node), both take over, and the recovery is timed from the dead
+    # ranks' last answer (detect_s) to their next step.
+    both = seen["lost_both"]
+    assert both["before"][0][1] == both["before"][1][1]  # packed on one node
+    assert both["spare_nodes"] == [both["after"][0][1]] * 2 != [both["before"][0][1]] * 2
+    assert {pid for pid, _ in both["after"]}.isdisjoint(pid for pid, _ in both["before"])
+    assert any("taken by 2 warm spare(s) and 0 new process(es)" in m for m in both["taken"])
+    stats = both["stats"]
+    assert stats["failures"] == 1 and stats["recoveries"] == 1 and stats["num_workers"] == 2
+    assert both["same_weights"]
+    phases, = stats["recovery_phases"]
+    assert phases["detect_s"] > 0 and phases["replace_s"] > 0 and "restart_s" not in phases
+    assert abs(sum(v for k, v in phases.items() if k != "total_s") - phases["total_s"]) < 1e-6
 
 
 def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_cluster():

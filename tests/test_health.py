@@ -33,3 +33,17 @@ def test_unanswered_health_check_counts_as_hung():
     assert monitor.hang_error() is None
     clock.now = 6
     assert monitor.hang_error().ranks == (0,)
+
+
+def test_late_answers_name_their_ranks_for_a_node_check():
+    clock = Clock()
+    monitor = HealthMonitor(3, timeout_s=5, clock=clock)
+    monitor.asked(0)
+    monitor.asked(1)
+    clock.now = 0.4
+    monitor.asked(2)
+    monitor.observe(0, report(1))
+    clock.now = 0.7
+    assert monitor.late(0.5) == [1]  # 2 was asked 0.3 s ago; 0 answered
+    clock.now = 1.0
+    assert monitor.late(0.5) == [1, 2]

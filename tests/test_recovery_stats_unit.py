@@ -50,3 +50,32 @@ def test_a_first_step_stamped_before_the_last_part_ended_counts_as_zero():
         clock.now += 2.0
     parts = timer.finish(first_step_wall=clock.now - 0.1)  # another node's clock, a bit behind
     assert parts["first_step_s"] == 0.0 and parts["total_s"] == 2.0
+
+
+def test_a_failure_counts_from_when_its_dead_ranks_last_answered():
+    clock = FakeClock()
+    timer = RecoveryClock(clock)
+    timer.start(since=clock.now - 1.5)  # the dead rank's last answer, 1.5 s before the notice
+    with timer.phase("replace"):
+        clock.now += 0.25
+    parts = timer.finish(first_step_wall=clock.now + 0.25)
+    assert parts == {"detect_s": 1.5, "replace_s": 0.25, "first_step_s": 0.25,
+                     "other_s": 0.0, "total_s": 2.0}
+    timer.start(since=clock.now + 5.0)  # a clock ahead of the driver's: no detection part
+    assert "detect_s" not in timer.finish(None)
+
+
+def test_the_health_monitor_says_when_ranks_last_answered():
+    from raysgd.driver.health import HealthMonitor
+
+    clock = FakeClock()
+    monitor = HealthMonitor(2, timeout_s=10.0, clock=clock)
+    clock.now += 1.0
+    monitor.observe(0, {"idle_s": 0.0})
+    monitor.observe(1, {"idle_s": 0.0})
+    clock.now += 2.0
+    monitor.observe(0, {"idle_s": 0.0})
+    import time
+    seen = monitor.last_seen([1])
+    assert abs((time.time() - seen) - 2.0) < 0.5  # wall time, 2 s before now
+    assert monitor.last_seen([]) is None

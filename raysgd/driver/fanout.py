@@ -19,12 +19,28 @@ from ray.exceptions import RayActorError, RayTaskError
 from raysgd.driver import placement
 from raysgd.driver.failures import primary_failure
 from raysgd.driver.watch import CallWatch
-from raysgd.errors import RankFailure
+from raysgd.errors import RankFailure, WorkerFailedError
 
 # Seconds to keep collecting other ranks' errors after the first one arrives,
 # so a report names the dead rank *and* the survivors it broke.
 FAILURE_GRACE_S = 1.0
 POLL_S = 0.1  # how often a monitored call checks health
+
+
+def _drop(pending: dict, lost: List[RankFailure]) -> List[RankFailure]:
+    """Take the ``lost`` ranks' calls out of ``pending`` (ref -> rank); returns ``lost``."""
+    ranks = {f.rank for f in lost}
+    for ref in [ref for ref, rank in pending.items() if rank in ranks]:
+        del pending[ref]
+    return lost
+
+
+def _stamped(error: BaseException, watch: Optional[CallWatch]) -> BaseException:
+    """``error``, a worker failure told when its dead ranks last answered the driver."""
+    if isinstance(error, WorkerFailedError) and watch is not None:
+        error.last_seen = watch.monitor.last_seen(sorted({f.rank for f in error.failures
+                                                          if f.died}))
+    return error
 
 
 class FanOut:
@@ -107,10 +123,12 @@ class FanOut:
                 local_future = None
             if watch is not None and not failures:
                 watch.tick()
+                failures += _drop(pending, watch.lost_ranks())
         if failures and abort_on_failure:
             # Survivors may be stuck in a collective: take what arrives within
             # the grace period; ranks still inside the call are left_running, and
             # the caller replaces the group (a restart) instead of reusing it.
+            self._drop_lost(pending, failures)
             self._collect_stragglers(pending, local_future, results, failures)
             self._probe_liveness(failures, watch)
             # A rank whose call never returned because its node died is not running.
@@ -123,7 +141,7 @@ class FanOut:
         if local_future is not None and not failures:
             self._wait_local(local_future, watch, results, failures)
         if failures:
-            raise primary_failure(failures)
+            raise _stamped(primary_failure(failures), watch)
         return results
 
     def _wait_local(self, future, watch, results, failures) -> None:
@@ -167,6 +185,16 @@ class FanOut:
             except BaseException as exc:  # noqa: BLE001
                 failures.append(RankFailure(0, exc))
 
+    def _drop_lost(self, pending: dict, failures: List[RankFailure]) -> None:
+        """Every rank whose node died is dead, whatever it answered: one still inside the
+        call is no straggler (its call would hang until Ray's health checks give the node
+        up, seconds later), and one that raised a collective error or still answers is
+        going too (a node's processes exit one by one after its raylet)."""
+        known = {f.rank for f in failures if f.died}
+        lost = self.on_lost_nodes([rank for rank in range(len(self._nodes)) if rank not in known])
+        failures += lost
+        _drop(pending, lost)
+
     def _probe_liveness(self, failures: List[RankFailure], watch: Optional[CallWatch]) -> None:
         """Group state: a worker that died makes every other error its consequence.
 
@@ -187,16 +215,19 @@ class FanOut:
                     watch.monitor.observe(probes[ref], report)
             except RayActorError as err:
                 failures.append(RankFailure(probes[ref], err, str(err), died=True))
-        self._silent_on_lost_nodes([probes[ref] for ref in unanswered], failures)
+        failures += self.on_lost_nodes([probes[ref] for ref in unanswered])
 
-    def _silent_on_lost_nodes(self, ranks: List[int], failures: List[RankFailure]) -> None:
-        """Ranks that did not answer because their node died a moment ago (Ray lists it
-        alive until its health checks fail, seconds later, and their calls hang till then)
-        are dead, not busy: the group can replace them with the others staying."""
+    def on_lost_nodes(self, ranks: List[int]) -> List[RankFailure]:
+        """Those of ``ranks`` whose node died a moment ago, as failures: Ray lists such a
+        node alive until its health checks fail, seconds later, and calls to its ranks hang
+        till then; they are dead, not busy, and the group can replace them with the others
+        staying."""
         nodes = {rank: self._nodes[rank] for rank in ranks if rank < len(self._nodes)}
         lost = placement.unreachable_nodes(set(nodes.values()))
+        failures = []
         for rank, node in nodes.items():
             if node in lost:
                 error = ConnectionError(f"node {node[:12]} is unreachable: its raylet refuses "
                                         "connections")
                 failures.append(RankFailure(rank, error, str(error), died=True))
+        return failures

@@ -39,6 +39,18 @@ class HealthMonitor:
         self._answered[rank] = self.clock()
         self._asked.pop(rank, None)
 
+    def late(self, after_s: float) -> List[int]:
+        """Ranks asked for a report more than ``after_s`` ago that have not answered."""
+        now = self.clock()
+        return sorted(rank for rank, asked in self._asked.items() if now - asked > after_s)
+
+    def last_seen(self, ranks: List[int]) -> Optional[float]:
+        """Wall time the first of ``ranks`` last answered (or the call started), or None."""
+        answered = [self._answered[rank] for rank in ranks if rank in self._answered]
+        if not answered:
+            return None
+        return time.time() - (self.clock() - min(answered))
+
     def stalled(self) -> List[RankFailure]:
         """Ranks idle longer than ``timeout_s``, or whose health check went unanswered."""
         now, out = self.clock(), []

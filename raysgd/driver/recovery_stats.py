@@ -5,6 +5,10 @@ A recovery runs on the driver from the moment it sees a failure to the next step
 completes. :class:`RecoveryClock` times its parts as the supervisor runs them, so a user (and
 ``make bench-chaos``) can see which part a slow recovery spent its time in:
 
+- ``detect_s``: from the dead ranks' last answer to the driver (it asks every rank how far
+  it got four times a second during a call) to the driver seeing the failure: the death
+  itself lies in between, so this slightly overstates detection (absent when the failure
+  came outside a train or validate call);
 - ``survivors_s``: asking the survivors for their live state (replicated strategies);
 - ``replace_s``: newcomers taking the dead ranks' places beside the survivors (a warm spare or
   a new process, its reservation and the process group formed again);
@@ -61,11 +65,16 @@ class RecoveryClock:
     def running(self) -> bool:
         return self._began is not None
 
-    def start(self) -> None:
-        """The driver saw a failure (a second one inside a recovery adds to the same)."""
+    def start(self, since: Optional[float] = None) -> None:
+        """The driver saw a failure (a second one inside a recovery adds to the same);
+        ``since``: when its dead ranks last answered, where known (the recovery counts from
+        there, the wait until the driver saw it being its ``detect_s``)."""
         if self._began is None:
             self._began = self._last = self._clock()
             self._parts = {}
+            if since is not None and since < self._began:
+                self._parts["detect_s"] = self._began - since
+                self._began = since
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -66,6 +66,8 @@ class Rejoin:
         # start there: its bundles are placed anew elsewhere, as for a draining node.
         avoid = set(avoid) | placement.unreachable_nodes({self._nodes[rank] for rank in ranks})
         alive = placement.alive_nodes() - avoid
+        # Spares that went with their node, or would leave with it, never come back.
+        self.spares_on({spare.node_now() for spare in self.spares} - alive)
         assigned = self._assign_spares(ranks, alive)
         workers = [rank - offset for rank in ranks if rank not in assigned]
         newcomers = {rank: spare.actor for rank, spare in assigned.items()}
@@ -147,8 +149,8 @@ class Rejoin:
                 placement.release(left)
 
     def spares_on(self, nodes: Collection[str]) -> int:
-        """Stop the spares on ``nodes`` (draining ones); how many there were. The next
-        commit starts new ones elsewhere."""
+        """Stop the spares on ``nodes`` (draining or lost ones); how many there were. The
+        next commit starts new ones elsewhere."""
         leaving = [spare for spare in self.spares if spare.node_now() in nodes]
         for spare in leaving:
             warm_processes.kill(spare.actor)
@@ -164,14 +166,13 @@ class Rejoin:
         for spare in [spare for spare in self.spares if spare.failed()]:
             warm_processes.kill(spare.actor)
             self.spares.remove(spare)
-        if not (self.actors and self._nodes) or \
-                len(self.spares) >= spare_plan.most(self.warm.spares):
+        if not (self.actors and self._nodes) or self.warm.spares == 0:
             return
         key = (list(self._nodes), set(avoid))
         if self._spare_plan is None or self._spare_plan[0] != key:
             cpus = {node: n for node, n in placement.node_cpus().items() if node not in avoid}
             nodes = spare_plan.spare_nodes(self.warm.spares, self._nodes, self._reserved_cpus(),
-                                           cpus)
+                                           cpus, anywhere=not self.residence.keeps_group)
             self._spare_plan = (key, nodes)
         missing = self._spare_plan[1][len(self.spares):]
         if missing:

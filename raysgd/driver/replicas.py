@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Sequence
 import ray
 from ray.exceptions import ObjectLostError
 
+from raysgd.driver import placement
 from raysgd.driver.watch import pull_to_driver
 from raysgd.errors import WorkerFailedError
 
@@ -50,6 +51,25 @@ def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[A
                 pull_to_driver([ref])
             continue
         actors[peer - offset].copy_here.remote([ref])  # a list: Ray must not resolve it
+
+
+def rehomed(snapshots: List[Any]) -> List[Any]:
+    """``snapshots``, each one Ray also keeps a copy of on a node that is gone (lost, its
+    death not yet known to Ray) stored anew from the driver node's copy. A rank reading it
+    would otherwise try the dead copy first and wait out Ray's pull timeout (10 s)."""
+    refs = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
+    if not refs or not ray.is_initialized() or placement.driver_is_ray_client():
+        return snapshots
+    here = ray.get_runtime_context().get_node_id()
+    where = {ref: set(found.get("node_ids") or ()) for ref, found in
+             ray.experimental.get_object_locations(refs, timeout_ms=2000).items()}
+    held = set().union(*where.values()) - {here}
+    gone = held and (held - placement.alive_nodes()) | placement.unreachable_nodes(held)
+    if not gone:
+        return snapshots
+    return [ray.put(ray.get(ref)) if isinstance(ref, ray.ObjectRef)
+            and where.get(ref, set()) & gone and here in where[ref] else ref
+            for ref in snapshots]
 
 
 def crosses_nodes(nodes: Sequence[str]) -> bool:

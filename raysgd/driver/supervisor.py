@@ -196,7 +196,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
     def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
         """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
-        self._clock.start()
+        self._clock.start(since=failure.last_seen)
         with self._clock.phase("survivors"):
             self._from_survivors(failure)
         steps_lost = 0 if reached is None else max(0, reached - self.commit.step)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
                                             PlacementGroupSchedulingStrategy)
 
@@ -50,7 +50,11 @@ class BesideBundles:
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
 
     def spare(self, node: str):
-        return RemoteWorker.options(num_cpus=0, scheduling_strategy=_near(node)).remote(True)
+        # On its planned node exactly: Ray may put a zero-resource actor with soft affinity
+        # on any node, the ranks' own included, where a lost node would take it with them.
+        # One whose node died before it started fails, and the next commit replaces it.
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+        return RemoteWorker.options(num_cpus=0, scheduling_strategy=strategy).remote(True)
 
 
 class InBundles:
@@ -81,15 +85,10 @@ def residence(settings: WorkerSettings):
     return InBundles(settings.num_gpus_per_worker) if settings.use_gpu else BesideBundles()
 
 
-def _near(node: str):
-    return NodeAffinitySchedulingStrategy(node, soft=True)
-
-
 @dataclass(eq=False)
 class Spare:
     """A warm process waiting to take a dead rank's place on ``node``; ``ready`` resolves
-    once it is warm, to the node it runs on, which ``node`` then says (a CPU spare's node
-    is only asked of Ray: it may place the spare elsewhere)."""
+    once it is warm, to the node it runs on, which ``node`` then says."""
 
     actor: Any
     ready: Any
@@ -112,7 +111,7 @@ class Spare:
             node = ray.get(done[0])
             self.node = node if isinstance(node, str) and node else self.node
             return True
-        except (RayActorError, RayTaskError):
+        except RayError:  # died, or never placed (its node died before it started)
             return False
 
 
@@ -131,7 +130,7 @@ def usable_spares(spares: List[Spare], count: int) -> List[Spare]:
         try:
             if len(ready) < count and ray.get(probe, timeout=0) is not None:
                 ready.append(spare)
-        except (RayActorError, RayTaskError, GetTimeoutError):
+        except RayError:  # dead, unplaceable, or not answering in time
             pass
     return ready
 

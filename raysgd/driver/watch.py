@@ -29,6 +29,9 @@ COMMIT_POLL_S = 2.0
 # seconds (timeout_s) and a progress bar reads well at a few updates a second;
 # asking more often only takes CPU from the workers on small machines.
 PROGRESS_EVERY_S = 0.25
+# A rank this late with its progress answer has its node checked (at most this often): a
+# node that died answers no call, and Ray reports its ranks' deaths only seconds later.
+LATE_S = 0.5
 
 
 def pull_to_driver(snapshots: List[Any]) -> None:
@@ -63,6 +66,7 @@ class CallWatch:
         self.on_progress = on_progress
         self._asked: Dict[Any, int] = {}  # progress ref -> rank
         self._next_ask = 0.0
+        self._next_node_check = 0.0
         self.assembler = CommitAssembler(monitor.world_size, committed_step)
         self._polls: Dict[Any, Tuple[int, Any]] = {}  # commit header ref -> (rank, snapshot ref)
         self._dead: Set[int] = set()
@@ -83,6 +87,14 @@ class CallWatch:
         if error is not None:
             logger.error("raysgd: %s", error)
             raise error
+
+    def lost_ranks(self) -> List[Any]:
+        """Failures for the ranks late with their progress answer whose node died."""
+        now, late = time.monotonic(), self.monitor.late(LATE_S)
+        if not late or now < self._next_node_check:
+            return []
+        self._next_node_check = now + LATE_S
+        return self.group.on_lost_nodes(late)
 
     # ------------------------------------------------------------ progress
     def _remote_ranks(self):

@@ -17,6 +17,7 @@ restore a commit, and the splits are closed with the group.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ from raysgd.driver.pool import POOL, Crew
 from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
-from raysgd.driver.replicas import commit_copies, crosses_nodes
+from raysgd.driver.replicas import commit_copies, crosses_nodes, rehomed
 from raysgd.driver.slabs import no_slabs, readable_on
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -308,6 +309,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         shards are split anew first (a stream cannot be rewound; freshly set-up ranks
         have new shards already).
         """
+        commit = dataclasses.replace(commit, snapshots=rehomed(commit.snapshots))
         same, readable = commit.world_size == self.num_workers, readable_on(self._nodes, commit)
         args = [(snaps[0], snaps[rank]) if same else (snaps[0], None, *snaps)
                 for rank, snaps in enumerate(readable)]

@@ -43,7 +43,7 @@ class _WorkerActor:
         (``operator_blob`` is the pickled class). It runs at normal priority: a spare is
         kept only where a CPU is free for it (``raysgd.driver.spare_plan``), or where the
         user asked for one. It initialises no CUDA (importing torch does not). Returns the
-        node it runs on: a CPU spare's place is only asked for, not required."""
+        node it runs on."""
         importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
         self._capture_baseline()
         importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
