@@ -33,6 +33,6 @@ setup(
         "docs": DOCS,
         "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9", "moto[server]",
                  "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
-                 "matplotlib", *DOCS],
+                 "matplotlib", "torchft==0.2.0", *DOCS],
     },
 )

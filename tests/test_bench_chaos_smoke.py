@@ -10,7 +10,7 @@ import pytest
 
 from bench_runs import WAIT_TIMEOUT_S
 
-CELLS = {"torchrun@none", "raysgd@10s", "raytrain@10s", "torchrun@10s"}
+CELLS = {"torchrun@none", "raysgd@10s", "raytrain@10s", "torchrun@10s", "torchft@10s"}
 
 
 @pytest.mark.slow
@@ -40,7 +40,7 @@ def test_bench_chaos_quick_reports_goodput_for_every_trainer(bench_quick):
         assert 0 <= cell["goodput"]["median"] < 2, (key, cell["goodput"])
         assert key.startswith("raytrain") or cell["pause_s"] and cell["breakdown"], (key, cell)
     assert document["cells"]["torchrun@none"]["steady_samples_per_s"]["median"] > 0
-    assert any(row["target"].startswith("raysgd/Ray Train goodput")
-               for row in document["targets"])
+    assert {"raysgd/Ray Train", "raysgd/torchft", "raysgd/torchrun"} <= {
+        row["target"].split(" goodput")[0] for row in document["targets"]}
     assert os.path.getsize(os.path.splitext(run.out)[0] + ".png") > 0
     assert "goodput" in stdout and "lost s/event" in stdout

@@ -97,6 +97,18 @@ def test_goodput_divides_by_unfaulted_torchrun_and_the_targets_compare_medians()
     assert rows["raysgd goodput, MTBF 20s"]["met"] is True
     assert rows["raysgd/Ray Train goodput, MTBF 20s"]["value"] == pytest.approx(2.0)
     assert rows["unfaulted raysgd/torchrun samples/s"]["value"] == pytest.approx(1.0)
+    # torchft has a bar (>= 1.0), torchrun none (this machine flatters it); a lost node's
+    # median pause has one too (<= 3 s).
+    node = {"kind": "node", "pause_s": 2.5, "redone_steps": 0}
+    cells[cell_key("torchft", 20.0)] = [run(1000)]
+    cells[cell_key("torchrun", 20.0)] = [run(800)]
+    cells[cell_key("raysgd", 20.0)] = [run(880, events=[kill, node])]
+    rows = {row["target"]: row for row in targets(summarize_cells(cells), [20.0], {20.0: 0.80})}
+    assert rows["raysgd/torchft goodput, MTBF 20s"]["value"] == pytest.approx(0.88)
+    assert rows["raysgd/torchft goodput, MTBF 20s"]["met"] is False
+    assert rows["raysgd/torchrun goodput, MTBF 20s"]["value"] == pytest.approx(1.1)
+    assert rows["raysgd/torchrun goodput, MTBF 20s"]["met"] is None
+    assert rows["raysgd lost node -> next step (median pause), MTBF 20s"]["met"] is True
 
 
 def test_a_breakdown_without_a_step_time_counts_pauses_only():
@@ -136,3 +148,17 @@ def test_raysgds_recovery_parts_are_summarized_and_printed():
     table = recovery_parts_table({"raysgd@20s": {"recovery_parts": parts},
                                   "torchrun@20s": {"recovery_parts": {}}})
     assert "raysgd@20s" in table and "torchrun" not in table and "replace" in table
+
+
+def test_torchft_groups_share_one_step_log_that_only_moves_forward(tmp_path):
+    from bench.chaos.torchft_loop import SharedProgress
+    from bench.recovery.steplog import read_log, read_pid
+
+    first, second = SharedProgress(str(tmp_path), 0), SharedProgress(str(tmp_path), 1)
+    for count in (2, 4):  # both groups see the same committed count after each step
+        first.advance(count)
+        second.advance(count)
+    second.advance(5)  # alone after the other's death: one group's batch per step
+    first.advance(3)  # a group healed behind the log writes nothing until it passes it
+    assert [step for step, _, _ in read_log(str(tmp_path))] == [2, 4, 5]
+    assert read_pid(str(tmp_path), 1) == read_pid(str(tmp_path), 0)  # one process here

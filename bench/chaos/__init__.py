@@ -1,7 +1,8 @@
-"""Goodput under chaos: one seeded failure schedule, three trainers, useful work per second.
+"""Goodput under chaos: one seeded failure schedule, four trainers, useful work per second.
 
 ``python -m bench.chaos [--quick]`` (``make bench-chaos``) trains the bench MLP on 2 workers
-with raysgd, Ray Train and a hand-written torchrun DDP loop, each in a fresh process tree,
+with raysgd, Ray Train, a hand-written torchrun DDP loop and torchft's DDP recipe (two
+replica groups of one process), each in a fresh process tree,
 for a fixed wall window while :mod:`bench.chaos.inject` applies the same Poisson schedule of
 failures to each: a rank's process SIGKILLed, a node lost, a node preempted with notice.
 Goodput is the distinct samples trained in the window over what an unfaulted torchrun run

@@ -53,10 +53,11 @@ def main() -> None:
     t0 = runner.start()
     injector = Injector(from_args(args.schedule), runner.targets, t0, step_dir, args.notice)
     injector.run_until(t0 + args.window)
-    figures = run_figures(read_log(step_dir), injector.applied, t0, args.window,
-                          workload.batch_size)
+    # Samples per logged step: the global batch, but torchft logs per-group batches.
+    batch = getattr(runner, "step_samples", workload.batch_size)
+    figures = run_figures(read_log(step_dir), injector.applied, t0, args.window, batch)
     emit({**figures, "trainer": args.trainer, "window_s": args.window,
-          "global_batch": workload.batch_size, "applied": injector.applied,
+          "global_batch": batch, "applied": injector.applied,
           "trainer_error": runner.error, "reported": runner.reported, "wall_s_child": time.time() - t0})
     sys.stdout.flush()
     _kill_descendants()

@@ -1,4 +1,4 @@
-"""The three trainers of a chaos run, each started the way its users start it.
+"""The four trainers of a chaos run, each started the way its users start it.
 
 ``runner.start()`` returns the launch time (the window's t0) once training has been set
 going on a thread (raysgd, Ray Train) or in a torchrun process tree; ``runner.targets``
@@ -9,6 +9,7 @@ is what the injector hits; ``runner.error`` is whatever ended training early;
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -120,4 +121,63 @@ class TorchrunRunner:
         return t0
 
 
-RUNNERS = {"raysgd": RaysgdRunner, "raytrain": RayTrainRunner, "torchrun": TorchrunRunner}
+class TorchftRunner:
+    """torchft's DDP recipe: a lighthouse and one replica group per simulated node, each a
+    ``torchrun --standalone --nproc-per-node 1 --max-restarts`` of ``bench.chaos.torchft_loop``.
+    Its log counts per-group batches, so a logged step is ``step_samples`` samples."""
+
+    MAX_RESTARTS = 1000
+    GROUPS = 2
+    # The lighthouse's settings: a quorum every 100 ms, a dead group dropped after 1 s without
+    # a heartbeat (torchft's default is 5 s; 1 s is its stall after a loss, measured here).
+    LIGHTHOUSE = ("--min_replicas", "1", "--quorum_tick_ms", "100", "--join_timeout_ms",
+                  "10000", "--heartbeat_timeout_ms", "1000")
+
+    def __init__(self, args, step_dir: str, storage: str):
+        from bench.workloads import get_workload
+
+        self.args, self.step_dir = args, step_dir
+        self.checkpoint = os.path.join(storage, "state.pt")
+        self.log = open(os.path.join(storage, "torchft.log"), "w")  # kept with --keep
+        self.targets = ProcessTargets(step_dir)
+        self.procs: list = []
+        self.reported: Dict[str, Any] = {}
+        self.step_samples = get_workload(args.workload, args.mode).batch_size // self.GROUPS
+
+    @property
+    def error(self) -> Optional[str]:
+        codes = [proc.poll() for proc in self.procs]
+        gone = [code for code in codes if code is not None]
+        return f"a torchft process exited with {gone[0]} inside the window" if gone else None
+
+    def start(self) -> float:
+        t0 = time.time()
+        port = _free_port()
+        lighthouse = os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")
+        self.procs.append(subprocess.Popen(
+            [lighthouse, *self.LIGHTHOUSE, "--bind", f"[::]:{port}"],
+            stdout=self.log, stderr=subprocess.STDOUT))
+        for group in range(self.GROUPS):
+            # RUST_LOG: its Rust side logs every quorum and vote at INFO (15 lines a step).
+            env = {"RUST_LOG": "warn", **os.environ, "REPLICA_GROUP_ID": str(group),
+                   "NUM_REPLICA_GROUPS": str(self.GROUPS),
+                   "TORCHFT_LIGHTHOUSE": f"http://localhost:{port}"}
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", "1", "--max-restarts", str(self.MAX_RESTARTS),
+                 "-m", "bench.chaos.torchft_loop", "--workload", self.args.workload,
+                 "--mode", self.args.mode, "--threads", str(self.args.threads),
+                 "--step-dir", self.step_dir, "--checkpoint", self.checkpoint,
+                 "--every", str(self.args.every)],
+                cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT))
+        return t0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+RUNNERS = {"raysgd": RaysgdRunner, "raytrain": RayTrainRunner, "torchrun": TorchrunRunner,
+           "torchft": TorchftRunner}
