@@ -52,9 +52,7 @@ class BesideBundles:
     def spare(self, node: str):
         # On its planned node exactly: Ray may put a zero-resource actor with soft affinity
         # on any node, the ranks' own included, where a lost node would take it with them.
-        # One whose node died before it started fails, and the next commit replaces it.
-        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-        return RemoteWorker.options(num_cpus=0, scheduling_strategy=strategy).remote(True)
+        return _spare_on(node)
 
 
 class InBundles:
@@ -75,9 +73,14 @@ class InBundles:
         # rank it uses the dead rank's device, which the rank's bundle still reserves
         # (_WorkerActor.use_devices).
         # On its node exactly: it can only take a rank there (the device ids are the node's).
-        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-        return RemoteWorker.options(num_cpus=0, num_gpus=0,
-                                    scheduling_strategy=strategy).remote(True)
+        return _spare_on(node)
+
+
+def _spare_on(node: str):
+    """A spare's process on ``node`` exactly, holding no CPU and no GPU. One whose node died
+    before it started fails to start, and the next commit replaces it."""
+    strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+    return RemoteWorker.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy).remote(True)
 
 
 def residence(settings: WorkerSettings):
