@@ -129,6 +129,18 @@ def main(tmp):
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def remove_mid_epoch(cluster, node, pid_dir):
+    """A started thread that removes ``node`` once rank 0 is half-way through epoch 2."""
+    def remove():
+        while read_step(pid_dir) < STEPS + STEPS // 2:
+            time.sleep(0.01)
+        cluster.remove_node(node)
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    return remover
+
+
 def lose_a_node(cluster, pid_dir, ref_weights):
     """Rank 1's node removed mid-epoch while another node has room for its bundle."""
     os.makedirs(pid_dir)
@@ -137,14 +149,7 @@ def lose_a_node(cluster, pid_dir, ref_weights):
     before = trainer.apply_all_workers(lambda: (os.getpid(),
                                                 ray.get_runtime_context().get_node_id()))
     node = next(n for n in cluster.list_all_nodes() if n.node_id == before[1][1])
-
-    def remove_mid_epoch():
-        while read_step(pid_dir) < STEPS + STEPS // 2:
-            time.sleep(0.01)
-        cluster.remove_node(node)
-
-    remover = threading.Thread(target=remove_mid_epoch)
-    remover.start()
+    remover = remove_mid_epoch(cluster, node, pid_dir)
     for steps in CALLS[1:]:
         trainer.train(num_steps=steps)
     remover.join()
@@ -175,14 +180,7 @@ def lose_both_ranks(cluster, pid_dir, ref_weights, messages):
         time.sleep(0.1)
     spare_nodes = sorted(s.node_now() for s in group.spares)
     said = len(messages.lines)
-
-    def remove_mid_epoch():
-        while read_step(pid_dir) < STEPS + STEPS // 2:
-            time.sleep(0.01)
-        cluster.remove_node(node)
-
-    remover = threading.Thread(target=remove_mid_epoch)
-    remover.start()
+    remover = remove_mid_epoch(cluster, node, pid_dir)
     trainer.train(num_steps=CALLS[1])
     remover.join()
     trainer.train(num_steps=CALLS[2])

@@ -31,6 +31,7 @@ import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.utils.data import DataLoader
 
+from bench.chaos.torchrun_loop import peer_args
 from bench.child import parse_args, set_threads
 from bench.recovery.steplog import LOG_NAME, node_path, pid_path
 from bench.workloads import get_workload
@@ -67,18 +68,12 @@ class SharedProgress:
                 handle.flush()
 
 
-def _extra(parser) -> None:
-    parser.add_argument("--step-dir", required=True)
-    parser.add_argument("--checkpoint", required=True, help="the disk checkpoint file")
-    parser.add_argument("--every", type=int, required=True, help="checkpoint every N steps")
-
-
 def main() -> None:
     from torchft import Manager, Optimizer, ProcessGroupGloo
     from torchft.checkpointing.pg_transport import PGTransport
     from torchft.data import DistributedSampler
 
-    args = parse_args(__doc__, _extra)
+    args = parse_args(__doc__, peer_args)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(1))
     set_threads(args.threads)
     group, groups = int(os.environ[GROUP_ENV]), int(os.environ[GROUPS_ENV])

@@ -61,14 +61,15 @@ def _init_group() -> None:
                             world_size=int(os.environ["WORLD_SIZE"]))
 
 
-def _extra(parser) -> None:
+def peer_args(parser) -> None:
+    """The options the chaos runners give a peer's rank (torchrun's loop, torchft's)."""
     parser.add_argument("--step-dir", required=True)
     parser.add_argument("--checkpoint", required=True, help="the checkpoint file")
     parser.add_argument("--every", type=int, required=True, help="checkpoint every N steps")
 
 
 def main() -> None:
-    args = parse_args(__doc__, _extra)
+    args = parse_args(__doc__, peer_args)
     noticed = threading.Event()
     _watch_sigterm(noticed)
     set_threads(args.threads)
