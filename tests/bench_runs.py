@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 from background import Batch
 
@@ -88,10 +88,9 @@ def _quick(name: str, out_dir: str, batch: Batch) -> QuickRun:
     return QuickRun(proc, out)
 
 
-def quick_runs(out_dir: str, test_modules: Iterable[str]) -> Batch:
-    """The quick runs the smoke tests among ``test_modules`` ask for; their JSON in
-    ``out_dir``; their environment this process's now (a test may change it later)."""
+def quick_jobs(out_dir: str, test_modules: Iterable[str]) -> Dict[str, Callable[[Batch], Any]]:
+    """The quick runs the smoke tests among ``test_modules`` ask for, as jobs of the
+    session's batch (``conftest``); their JSON in ``out_dir``."""
     selected = set(test_modules)
-    return Batch({name: functools.partial(_quick, name, out_dir)
-                  for name, (test_module, _, _) in QUICK_RUNS.items()
-                  if test_module in selected}, env=dict(os.environ))
+    return {name: functools.partial(_quick, name, out_dir)
+            for name, (test_module, _, _) in QUICK_RUNS.items() if test_module in selected}

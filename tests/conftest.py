@@ -72,7 +72,7 @@ def _module(item) -> str:
     return os.path.splitext(os.path.basename(str(item.fspath)))[0]
 
 
-_BENCH_QUICK = pytest.StashKey()  # (the session's quick runs, the folder of their JSON)
+_BENCH_QUICK = pytest.StashKey()  # (the session's background jobs, the quick runs' JSON folder)
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
@@ -86,15 +86,21 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """Start the quick runs that the collected smoke tests will ask for, one at a time, as
-    the session starts (``bench_runs``); the first smoke test widens them to two."""
-    from bench_runs import quick_runs, smoke_modules
+    """Start the background jobs the collected tests will ask for, one at a time, as the
+    session starts: the multi-node scripts first (``cluster_scripts``), then the benchmarks'
+    quick runs (``bench_runs``); the first test to wait for one widens them to two. Their
+    environment is this process's now (a test may change it later)."""
+    from background import Batch
+    from bench_runs import quick_jobs
+    from cluster_scripts import cluster_jobs
 
     modules = {_module(item) for item in session.items}
-    if session.config.option.collectonly or not modules & smoke_modules():
-        return
     out_dir = tempfile.mkdtemp(prefix="raysgd-bench-quick-")
-    runs = quick_runs(out_dir, modules)
+    jobs = {**cluster_jobs(modules), **quick_jobs(out_dir, modules)}
+    if session.config.option.collectonly or not jobs:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return
+    runs = Batch(jobs, env=dict(os.environ))
     runs.start(width=1)
     session.config.stash[_BENCH_QUICK] = (runs, out_dir)
 
@@ -119,8 +125,10 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def bench_quick(request):
-    """The benchmarks' quick runs of this session's smoke tests (``bench_runs.quick_runs``),
-    started with the session; ``bench_quick.result(name, timeout)``."""
+    """The session's background jobs (``pytest_collection_finish``), started with the
+    session: ``bench_quick.result(name, timeout)`` for a benchmark's quick run
+    (``bench_runs``), ``cluster_scripts.cluster_result(bench_quick, script)`` for a
+    multi-node script's."""
     return request.config.stash[_BENCH_QUICK][0]
 
 

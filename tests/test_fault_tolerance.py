@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from cluster_scripts import WAIT_S as CLUSTER_WAIT_S, cluster_result
 from operators_for_tests import FailingOperator, FaultyOperator, read_step
 from raysgd import TorchTrainer
 from raysgd.utils import BATCH_SIZE
@@ -199,10 +200,9 @@ def test_user_error_is_raised_at_once_not_retried(ray_cpus):
         trainer.shutdown()
 
 
-def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
-    from cluster_scripts import run_cluster_script
-
-    seen = run_cluster_script("cluster_node_loss.py", str(tmp_path), timeout=300)
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_node_loss_resizes_and_a_returning_node_scales_back_up(bench_quick):
+    seen = cluster_result(bench_quick, "cluster_node_loss.py")  # a background job
     assert seen["first"] == 512
     loss = seen["after_loss"]
     assert loss["workers"] == 1 and loss["per_worker_batch"] == [32]  # same global batch
@@ -214,15 +214,13 @@ def test_node_loss_resizes_and_a_returning_node_scales_back_up(tmp_path):
     assert seen["stats"]["failures"] >= 1 and seen["stats"]["recoveries"] >= 1
 
 
-def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(tmp_path):
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(bench_quick):
     """A 3-node cluster: the workers' node is drained (``ray drain-node``, reason preemption,
     a deadline) early in a train() call and removed at its deadline; the call returns
     normally with the ranks on the other node, nothing trained lost, the weights bitwise an
     unfaulted run's, and the notice counted as a preemption, not a failure."""
-    from cluster_scripts import run_cluster_script
-
-    os.makedirs(tmp_path / "ref")
-    seen = run_cluster_script("cluster_preemption.py", str(tmp_path), timeout=300)
+    seen = cluster_result(bench_quick, "cluster_preemption.py")  # a background job
     stats = seen["stats"]
     assert stats["preemptions"] == 1 and stats["failures"] == 0 and stats["recoveries"] == 0
     assert stats["steps_lost"] == 0 and len(stats["handover_times_s"]) == 1
@@ -260,12 +258,11 @@ def test_a_preemption_notice_loses_no_step_and_a_lost_node_keeps_the_survivor(tm
     assert abs(sum(v for k, v in phases.items() if k != "total_s") - phases["total_s"]) < 1e-6
 
 
-def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_cluster():
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_gpu_spares_hold_no_gpu_and_take_the_dead_ranks_device_on_a_fake_gpu_cluster(bench_quick):
     """Ray 1.12's own tests declare GPUs a node lacks; Ray then assigns them as on a real
     GPU node (the workers train on the CPU here). The device path itself runs on a GPU."""
-    from cluster_scripts import run_cluster_script
-
-    seen = run_cluster_script("cluster_gpu_spares.py", timeout=300)
+    seen = cluster_result(bench_quick, "cluster_gpu_spares.py")  # a background job
     roomy, full = seen["roomy"], seen["full"]
     # A free CPU beside the two 1-CPU ranks: one spare, holding and seeing no GPU.
     assert roomy["spares"] == 1 and roomy["spare"]["devices"] == []

@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from fsdp_operators import Block, StackOperator, stack
-from cluster_scripts import run_cluster_script
+from cluster_scripts import WAIT_S as CLUSTER_WAIT_S, cluster_result
 from operators_for_tests import FaultyOperator
 from raysgd import FSDP, TorchTrainer
 from raysgd.errors import CheckpointError
@@ -313,10 +313,11 @@ def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(tmp_path):
-    """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py)."""
-    seen = run_cluster_script("cluster_fsdp.py", str(tmp_path), timeout=360)
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_sharded_commits_are_copied_to_the_other_node_and_survive_its_loss(bench_quick):
+    """Two worker nodes and a driver-only head, in its own process (cluster_fsdp.py, a
+    background job of the session)."""
+    seen = cluster_result(bench_quick, "cluster_fsdp.py")
     assert seen["first"] == 512
     assert seen["copies"] == {"distinct_rank_nodes": True, "each_on_both_worker_nodes": True,
                               "none_on_driver_node": True}

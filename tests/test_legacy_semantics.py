@@ -5,6 +5,7 @@ import os
 import pytest
 import torch
 
+from cluster_scripts import WAIT_S as CLUSTER_WAIT_S, cluster_result
 from operators_for_tests import KeywordEpochOperator, LinearOperator, RaisingOperator
 from raysgd import TorchTrainer
 from raysgd.state.checkpoint import load as load_checkpoint
@@ -138,10 +139,9 @@ def test_ctrl_c_in_the_driver_rolls_back_and_keeps_the_trainer(trainer_factory):
 
 
 @pytest.mark.slow
-def test_placement_strategies_on_three_nodes():
-    from cluster_scripts import run_cluster_script
-
-    seen = run_cluster_script("cluster_placement.py", timeout=200)
+@pytest.mark.timeout(CLUSTER_WAIT_S + 60)
+def test_placement_strategies_on_three_nodes(bench_quick):
+    seen = cluster_result(bench_quick, "cluster_placement.py")  # a background job
     assert seen["PACK"]["nodes"] == 1  # the default keeps DDP on one node when it fits
     assert seen["SPREAD"]["nodes"] == 2 and seen["STRICT_SPREAD"]["nodes"] == 2
     # shutdown() returns once the cluster shows the workers' CPUs free again

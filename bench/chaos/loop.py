@@ -37,11 +37,11 @@ def train_steps(model: nn.Module, optimizer, criterion: nn.Module, loader: DataL
         epoch += 1
 
 
-def save_state(path: str, model: nn.Module, optimizer, step: int) -> None:
-    """Model, optimizer and step in one file, replaced atomically."""
+def save_state(path: str, model: nn.Module, optimizer, step: int, **extra) -> None:
+    """Model, optimizer, step (and ``extra`` entries) in one file, replaced atomically."""
     tmp = f"{path}.{os.getpid()}.tmp"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "step": step}, tmp)
+                "step": step, **extra}, tmp)
     os.replace(tmp, path)
 
 

@@ -31,18 +31,13 @@ import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.utils.data import DataLoader
 
+from bench.chaos.loop import save_state
 from bench.chaos.torchrun_loop import peer_args
 from bench.child import parse_args, set_threads
-from bench.recovery.steplog import LOG_NAME, node_path, pid_path
+from bench.recovery.steplog import LOG_NAME, node_path, pid_path, write_text
 from bench.workloads import get_workload
 
 GROUPS_ENV, GROUP_ENV = "NUM_REPLICA_GROUPS", "REPLICA_GROUP_ID"
-
-
-def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as handle:
-        handle.write(text)
-    os.replace(path + ".tmp", path)
 
 
 class SharedProgress:
@@ -50,8 +45,8 @@ class SharedProgress:
     ``count`` (or more) yet."""
 
     def __init__(self, directory: str, group: int):
-        _write(pid_path(directory, group), str(os.getpid()))
-        _write(node_path(directory, group), f"group{group}")
+        write_text(pid_path(directory, group), str(os.getpid()))
+        write_text(node_path(directory, group), f"group{group}")
         self._path, self._pid, self._last = os.path.join(directory, LOG_NAME), os.getpid(), 0
 
     def advance(self, count: int) -> None:
@@ -118,7 +113,7 @@ def main() -> None:
                 continue
             log.advance(manager.batches_committed())
             if step % args.every == 0 and manager.participating_rank() == 0:
-                _save(args.checkpoint, {**state_dict(), "manager": manager.state_dict()})
+                save_state(args.checkpoint, model, inner, step, manager=manager.state_dict())
         epoch += 1
 
 
@@ -131,11 +126,6 @@ def _average_gradients(manager, model) -> None:
     for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
         grad.copy_(reduced)
 
-
-def _save(path: str, state: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 if __name__ == "__main__":
     main()

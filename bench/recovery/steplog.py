@@ -41,7 +41,8 @@ def node_path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"node-rank{rank}")
 
 
-def _write(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
+    """``text`` into ``path``, replaced whole (a reader never sees half of it)."""
     with open(path + ".tmp", "w") as handle:
         handle.write(text)
     os.replace(path + ".tmp", path)
@@ -57,9 +58,9 @@ class StepLog:
 
     def __init__(self, directory: str, rank: int, node: Optional[str] = None):
         self.rank = rank
-        _write(pid_path(directory, rank), str(os.getpid()))
+        write_text(pid_path(directory, rank), str(os.getpid()))
         if node is not None:  # the Ray node id, for the preemption variants
-            _write(node_path(directory, rank), node)
+            write_text(node_path(directory, rank), node)
         self._handle = open(os.path.join(directory, LOG_NAME), "a") if rank == 0 else None
         self._pid = os.getpid()
         self._line("setup")

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from raysgd.driver import placement
-from raysgd.driver.failures import primary_failure
+from raysgd.driver.failures import is_collective_error, primary_failure
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import RankFailure, WorkerFailedError
 
@@ -128,7 +128,8 @@ class FanOut:
             # Survivors may be stuck in a collective: take what arrives within
             # the grace period; ranks still inside the call are left_running, and
             # the caller replaces the group (a restart) instead of reusing it.
-            self._drop_lost(pending, failures)
+            if any(f.died or is_collective_error(f.error) for f in failures):
+                self._drop_lost(pending, failures)  # a worker failure: were nodes lost?
             self._collect_stragglers(pending, local_future, results, failures)
             self._probe_liveness(failures, watch)
             # A rank whose call never returned because its node died is not running.

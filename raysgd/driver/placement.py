@@ -9,7 +9,7 @@ import math
 import socket
 import time
 from dataclasses import dataclass
-from typing import Collection, Dict, List, Optional, Set
+from typing import Collection, Dict, List, Optional, Set, Tuple
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -51,19 +51,32 @@ def alive_nodes() -> set:
 
 
 def unreachable_nodes(nodes: Collection[str], timeout_s: float = 0.5) -> Set[str]:
-    """Those of ``nodes`` Ray lists alive whose raylet takes no connection: nodes that died
-    moments ago. None under Ray Client, whose driver may reach no raylet at all."""
+    """Those of ``nodes`` whose raylet takes no connection: nodes that died moments ago
+    (Ray lists them alive until its health checks fail). None under Ray Client, whose
+    driver may reach no raylet at all."""
     if driver_is_ray_client():
         return set()
     found = set()
-    for node in ray.nodes():
-        if node["NodeID"] in nodes and node.get("Alive"):
-            try:
-                socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]),
-                                         timeout=timeout_s).close()
-            except OSError:
-                found.add(node["NodeID"])
+    for node, address in _raylet_addresses(nodes).items():
+        try:
+            socket.create_connection(address, timeout=timeout_s).close()
+        except OSError:
+            found.add(node)
     return found
+
+
+# A node id's raylet address never changes: asked of the GCS once per node, since a watch
+# may check a late rank's node every half second.
+_RAYLETS: Dict[str, Tuple[str, int]] = {}
+
+
+def _raylet_addresses(nodes: Collection[str]) -> Dict[str, Tuple[str, int]]:
+    if any(node not in _RAYLETS for node in nodes):
+        for entry in ray.nodes():
+            if entry.get("Alive"):
+                _RAYLETS[entry["NodeID"]] = (entry["NodeManagerAddress"],
+                                             entry["NodeManagerPort"])
+    return {node: _RAYLETS[node] for node in nodes if node in _RAYLETS}
 
 
 def driver_node() -> Optional[str]:
