@@ -269,6 +269,9 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
                            "staying (%r); restarting every worker", dead, exc)
             return False
         self.capabilities = capabilities
+        # Spares for the next failure start now, not at the next commit: failures can come
+        # seconds apart, and a warm-up takes seconds.
+        self.group.refill_spares(avoid=self.drains.draining)
         return True
 
     def _roll_back(self, error: BaseException, mutated: bool, steps_lost: int = 0,
