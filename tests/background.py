@@ -89,9 +89,12 @@ class Batch:
     def started(self) -> bool:
         return bool(self._futures)
 
-    def result(self, name: str, timeout: Optional[float] = None) -> Any:
-        """Job ``name``'s return value (its exception is raised here), once it is done."""
-        self.start()
+    def result(self, name: str, timeout: Optional[float] = None, widen: bool = True) -> Any:
+        """Job ``name``'s return value (its exception is raised here), once it is done.
+        ``widen=False``: wait without widening a started batch (a test in the middle of the
+        suite, whose foreground must not share the cores with two background runs)."""
+        if widen or not self.started:
+            self.start()
         return self._futures[name].result(timeout=timeout)
 
     def wait_all(self) -> None:

@@ -59,7 +59,7 @@ def cluster_jobs(test_modules: Iterable[str]) -> Dict[str, Callable[[Any], Any]]
 def cluster_result(jobs, name: str) -> dict:
     """Script ``name``'s last RESULT line, parsed, once its job (in the session's batch
     ``jobs``) ended; fails with the output's tail when there is none."""
-    out = jobs.result(name, WAIT_S)
+    out = jobs.result(name, WAIT_S, widen=False)  # widened, a second run would join it
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, out.stdout[-2000:] + out.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

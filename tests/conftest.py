@@ -87,16 +87,18 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     """Start the background jobs the collected tests will ask for, one at a time, as the
-    session starts: the multi-node scripts first (``cluster_scripts``), then the benchmarks'
-    quick runs (``bench_runs``); the first test to wait for one widens them to two. Their
-    environment is this process's now (a test may change it later)."""
+    session starts: the first benchmark quick run (``bench_runs``), the multi-node scripts
+    (``cluster_scripts``: their tests come early in the suite and wait without widening),
+    then the other quick runs; the first smoke test, at the suite's end, widens them to two.
+    Their environment is this process's now (a test may change it later)."""
     from background import Batch
     from bench_runs import quick_jobs
     from cluster_scripts import cluster_jobs
 
     modules = {_module(item) for item in session.items}
     out_dir = tempfile.mkdtemp(prefix="raysgd-bench-quick-")
-    jobs = {**cluster_jobs(modules), **quick_jobs(out_dir, modules)}
+    quick = list(quick_jobs(out_dir, modules).items())
+    jobs = {**dict(quick[:1]), **cluster_jobs(modules), **dict(quick[1:])}
     if session.config.option.collectonly or not jobs:
         shutil.rmtree(out_dir, ignore_errors=True)
         return

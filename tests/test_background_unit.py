@@ -36,6 +36,17 @@ def test_a_narrow_start_runs_one_at_a_time_in_order_and_a_result_widens_it():
     batch.close()
 
 
+def test_a_result_asked_without_widening_keeps_one_lane():
+    log, lock, running, peak = [], threading.Lock(), [0], [0]
+    job = _recorder(log, lock, running, peak)
+    batch = Batch({name: job(name) for name in "abcd"}, parallel=2)
+    batch.start(width=1)
+    assert batch.result("c", timeout=10, widen=False) == "c"
+    batch.wait_all()
+    assert log == list("abcd") and peak[0] == 1
+    batch.close()
+
+
 def test_width_one_never_overlaps_and_keeps_the_submission_order():
     log, lock, running, peak = [], threading.Lock(), [0], [0]
     job = _recorder(log, lock, running, peak, hold_s=0.02)
