@@ -150,7 +150,7 @@ class Rejoin:
 
     def spares_on(self, nodes: Collection[str]) -> int:
         """Stop the spares on ``nodes`` (draining or lost ones); how many there were. The
-        next commit starts new ones elsewhere."""
+        next refill (at a commit, or when a replace ends) starts new ones elsewhere."""
         leaving = [spare for spare in self.spares if spare.node_now() in nodes]
         for spare in leaving:
             warm_processes.kill(spare.actor)
@@ -160,8 +160,8 @@ class Rejoin:
     def refill_spares(self, avoid: Collection[str] = ()) -> None:
         """Start spares up to the wanted count, without waiting for them.
 
-        Called at each commit, not at start: a starting process takes CPU that the
-        workers' own start and first steps need more.
+        Called at each commit and after a replace, not at start: a starting process takes
+        CPU that a new group's own start and first steps need more.
         """
         for spare in [spare for spare in self.spares if spare.failed()]:
             warm_processes.kill(spare.actor)
