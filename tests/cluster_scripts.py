@@ -2,7 +2,7 @@
 own process and prints one ``RESULT <json>`` line.
 
 They run as jobs of the session's background batch (``conftest``, ``background.Batch``),
-started with the session beside the other tests, ahead of the benchmarks' quick runs; a
+started with the session beside the other tests, after the first benchmark quick run; a
 test waits for its script's job (``cluster_result``) and checks what it printed. Each gets a
 directory of its own (its argument where the script takes one) and a Ray temporary
 directory of its own (``RAY_TMPDIR``), so no other Ray joins its cluster.
