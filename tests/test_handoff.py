@@ -79,8 +79,9 @@ def test_settle_gives_a_queued_live_commit_its_own_copy():
 
 
 def test_settle_waits_for_a_taken_live_commit_until_the_next_request_acknowledges_it():
-    handoff = CommitHandoff(wait_s=5)
+    handoff = CommitHandoff(wait_s=0)  # an offer would wait this long for a take
     handoff.offer(3, "live3", materialize=lambda commit: "copy")
+    handoff.wait_s = 5
     assert handoff.take(after=0) == "live3"
     settled = threading.Event()
     waiter = threading.Thread(target=lambda: (handoff.settle(), settled.set()))
@@ -117,4 +118,43 @@ def test_copied_commits_need_no_settling_and_clear_forgets_a_taken_live_one():
     handoff.wait_s = 5
     handoff.clear()  # a restore replaces the state: nothing is being stored for the driver
     handoff.settle()
+    assert time.monotonic() - started < 1
+
+
+def test_the_second_batch_after_a_taken_commit_waits_until_the_driver_holds_it():
+    # Taken is not held: Ray still sends the commit, and a rank killed meanwhile loses it.
+    handoff = CommitHandoff(wait_s=0)
+    handoff.offer(3, "c3")  # a copied commit
+    handoff.wait_s = 5
+    assert handoff.take(after=0, wait_s=0) == "c3"
+    started = time.monotonic()
+    handoff.wait_landed(3)  # the commit's own boundary: the next batch may start
+    assert time.monotonic() - started < 0.5
+    landed = threading.Event()
+    waiter = threading.Thread(target=lambda: (handoff.wait_landed(4), landed.set()))
+    waiter.start()
+    assert not landed.wait(0.2)  # the boundary after one more batch waits
+    assert handoff.take(after=2, wait_s=0) is None  # a request before it acknowledges nothing
+    assert not landed.wait(0.1)
+    assert handoff.take(after=3, wait_s=0) is None  # the driver's next request: it holds c3
+    assert landed.wait(2)
+    waiter.join(2)
+    handoff.wait_landed(9)  # nothing taken since: no wait
+    assert time.monotonic() - started < 2
+
+
+def test_waiting_for_a_landing_gives_up_after_wait_s_and_a_restore_forgets_it():
+    handoff = CommitHandoff(wait_s=0.1)
+    handoff.offer(3, "c3")
+    assert handoff.take(after=0) == "c3"
+    started = time.monotonic()
+    handoff.wait_landed(4)
+    assert 0.05 < time.monotonic() - started < 2
+    handoff.wait_s = 0
+    handoff.offer(6, "c6")
+    assert handoff.take(after=3) == "c6"
+    handoff.wait_s = 5
+    handoff.clear()
+    started = time.monotonic()
+    handoff.wait_landed(7)
     assert time.monotonic() - started < 1

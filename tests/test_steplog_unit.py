@@ -29,3 +29,35 @@ def test_set_up_lines_do_not_read_as_steps(tmp_path):
     StepLog(str(tmp_path), 0).completed(2)
     assert [step for step, _, _ in read_log(str(tmp_path))] == [1, 2]
     assert len(read_setups(str(tmp_path))) == 2
+
+
+def test_a_step_floor_slows_only_the_steps_after_floor_after(tmp_path):
+    log = StepLog(str(tmp_path), 0, min_step_s=0.05, floor_after=2)
+    for step in range(1, 6):
+        log.completed(step)
+    walls = [wall for _, wall, _ in read_log(str(tmp_path))]
+    gaps = [b - a for a, b in zip(walls, walls[1:])]
+    assert gaps[0] < 0.04  # step 2: no floor
+    assert all(gap >= 0.045 for gap in gaps[1:])  # steps 3-5 (time.sleep never wakes early)
+
+
+class _Drained:
+    """What notice_figures reads of a Drainer."""
+
+    def __init__(self, notice_time, removed_time, error=None):
+        self.notice_time, self.removed_time, self.error = notice_time, removed_time, error
+        self.step_at_notice = 3
+
+
+def test_a_preemption_run_that_ended_before_the_node_went_says_so():
+    from bench.recovery.drain import notice_figures
+
+    plan = {"notice_step": 3, "expected_final_step": 5, "deadline_s": 10}
+    same_process = [(step, float(step), 7) for step in range(1, 6)]
+    ended = notice_figures(_Drained(3.5, 15.0), same_process, 0.0, plan)
+    assert ended["notice_to_step_s"] is None
+    assert "training ended before the node was removed" in ended["kill_error"]
+    moved = same_process[:3] + [(4, 12.0, 8), (5, 13.0, 8)]
+    figures = notice_figures(_Drained(3.5, 11.0), moved, 0.0, plan)
+    assert figures["kill_error"] is None and figures["notice_to_step_s"] == 12.0 - 3.5
+    assert figures["steps_rerun"] == 0

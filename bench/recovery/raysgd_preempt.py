@@ -27,7 +27,7 @@ def _extra(parser) -> None:
 
 def main() -> None:
     args, t0, workload, steps_per_epoch, _ = start_kill_run(__doc__, _extra)
-    epochs, deadline_s = preempt_plan(args.mode)
+    epochs, deadline_s, min_step_s = preempt_plan(args.mode)
     notice_step = steps_per_epoch + steps_per_epoch // 4
     step_dir = tempfile.mkdtemp(prefix="bench-preempt-raysgd-")
     cluster = start_cluster()
@@ -35,7 +35,8 @@ def main() -> None:
         trainer = TorchTrainer(training_operator_cls=StepLogOperator, num_workers=args.num_workers,
                                use_gpu=False, num_cpus_per_worker=args.threads,
                                config={BATCH_SIZE: workload.batch_size, "workload": args.workload,
-                                       "mode": RECOVERY_MODE, "step_dir": step_dir})
+                                       "mode": RECOVERY_MODE, "step_dir": step_dir,
+                                       "min_step_s": min_step_s, "floor_after": notice_step})
         drainer = Drainer(cluster, step_dir, notice_step, deadline_s)
         drainer.start()
         for _ in range(epochs):

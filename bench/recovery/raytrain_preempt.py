@@ -46,7 +46,8 @@ def train_loop_per_worker(config: dict) -> None:
     workload = get_workload(config["workload"], config["mode"])
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    log = StepLog(config["step_dir"], rank, ray.get_runtime_context().get_node_id())
+    log = StepLog(config["step_dir"], rank, ray.get_runtime_context().get_node_id(),
+                  config["min_step_s"], config["notice_step"])
     model = workload.model()
     optimizer = workload.optimizer(model)
     step = load_checkpoint(model, optimizer).get("step", 0)
@@ -74,13 +75,14 @@ def train_loop_per_worker(config: dict) -> None:
 
 def main() -> None:
     args, t0, workload, steps_per_epoch, _ = start_kill_run(__doc__, _extra)
-    epochs, deadline_s = preempt_plan(args.mode)
+    epochs, deadline_s, min_step_s = preempt_plan(args.mode)
     notice_step = steps_per_epoch + steps_per_epoch // 4
     storage = tempfile.mkdtemp(prefix="bench-preempt-raytrain-")
     step_dir = os.path.join(storage, "steps")
     os.makedirs(step_dir)
     config = {"workload": args.workload, "mode": RECOVERY_MODE, "threads": args.threads,
-              "step_dir": step_dir, "epochs": epochs}
+              "step_dir": step_dir, "epochs": epochs, "min_step_s": min_step_s,
+              "notice_step": notice_step}
     cluster = start_cluster()
     try:
         drainer = Drainer(cluster, step_dir, notice_step, deadline_s)

@@ -56,8 +56,12 @@ def read_node(directory: str, rank: int) -> str:
 class StepLog:
     """Worker side: ``log = StepLog(dir, rank)`` in set-up, ``log.completed(step)`` per step."""
 
-    def __init__(self, directory: str, rank: int, node: Optional[str] = None):
+    def __init__(self, directory: str, rank: int, node: Optional[str] = None,
+                 min_step_s: float = 0.0, floor_after: int = 0):
         self.rank = rank
+        # a floor on the time between two completed steps, for the steps after floor_after
+        self.min_step_s, self.floor_after = min_step_s, floor_after
+        self._last = time.monotonic()
         write_text(pid_path(directory, rank), str(os.getpid()))
         if node is not None:  # the Ray node id, for the preemption variants
             write_text(node_path(directory, rank), node)
@@ -71,7 +75,12 @@ class StepLog:
             self._handle.flush()
 
     def completed(self, step: int) -> None:
-        """Rank 0: ``step`` optimizer steps are done (one short line, flushed at once)."""
+        """``step`` optimizer steps are done: rank 0 logs one short line, flushed at once.
+        With ``min_step_s`` every rank first sleeps out what is left of that floor (for steps
+        after ``floor_after``)."""
+        if self.min_step_s and step > self.floor_after:
+            time.sleep(max(0.0, self._last + self.min_step_s - time.monotonic()))
+            self._last = time.monotonic()
         self._line(step)
 
 

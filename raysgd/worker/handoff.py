@@ -3,10 +3,16 @@
 :class:`CommitHandoff`: the training thread offers a commit
 every ``checkpoint_every_n_steps`` batches and, on a remote worker, waits
 until the driver's standing request (a long poll answered by the worker's
-commit thread) has taken it. That wait is what bounds lost work: a rank never
-trains past a commit the driver does not hold, so a failure costs at most
-one commit interval plus the step in flight. It costs a thread wake-up per
-commit when the driver is polling, and at most ``wait_s`` when it is not.
+commit thread) has taken it. Taken is not yet held: Ray still sends the commit
+to the driver, and a rank killed meanwhile loses it. So the training thread
+waits once more, before the second batch after the commit
+(:meth:`CommitHandoff.wait_landed`), until the driver's next request (sent once
+it holds the commit) acknowledges it; one batch is ample time for that, so the
+wait is normally empty. These waits are what bound lost work: a rank never
+trains two batches past a commit the driver does not hold, so a failure costs
+at most one commit interval plus the step in flight. They cost a thread
+wake-up per commit when the driver is polling, and at most ``wait_s`` when it
+is not.
 On the driver, :class:`raysgd.state.commit.CommitAssembler` puts the ranks' parts
 together.
 
@@ -41,6 +47,7 @@ class CommitHandoff:
         # queued steps whose commit views the live state -> how to give it its own copy
         self._live: Dict[int, Callable[[Any], Any]] = {}
         self._storing: Optional[int] = None  # a live commit taken, not yet acknowledged
+        self._landing: Optional[int] = None  # any commit taken, not yet acknowledged
 
     def offer(self, step: int, commit: Any,
               materialize: Optional[Callable[[Any], Any]] = None) -> bool:
@@ -70,6 +77,9 @@ class CommitHandoff:
             if self._storing is not None and after >= self._storing:
                 self._storing = None
                 self._cond.notify_all()
+            if self._landing is not None and after >= self._landing:
+                self._landing = None
+                self._cond.notify_all()
             if ticket < self._ticket:
                 return None
             if ticket > self._ticket:
@@ -85,6 +95,7 @@ class CommitHandoff:
             step, commit = self._queue.popitem(last=False)
             if self._live.pop(step, None) is not None:
                 self._storing = step
+            self._landing = step
             self._cond.notify_all()
             return commit
 
@@ -104,6 +115,19 @@ class CommitHandoff:
                                "within %.0f s; training on", self._storing, self.wait_s)
                 self._storing = None
 
+    def wait_landed(self, step: int) -> None:
+        """Before the batch after step ``step``: a commit taken before ``step`` (so a whole
+        batch ago) is waited for (at most ``wait_s``) until the driver acknowledges it."""
+        if self._landing is None:  # most batches: no lock (a take sets it before offer returns)
+            return
+        with self._cond:
+            if self._landing is None or step <= self._landing or self.wait_s <= 0:
+                return  # wait_s 0: a rank in the driver, whose commits take no transfer
+            if not self._cond.wait_for(lambda: self._landing is None, timeout=self.wait_s):
+                logger.warning("raysgd: the driver did not acknowledge the commit of step %d "
+                               "within %.0f s; training on", self._landing, self.wait_s)
+                self._landing = None
+
     def steps(self) -> List[int]:
         with self._cond:
             return list(self._queue)
@@ -112,7 +136,7 @@ class CommitHandoff:
         with self._cond:
             self._queue.clear()
             self._live.clear()
-            self._storing = None
+            self._storing = self._landing = None
             self._cond.notify_all()
 
     def _newer(self, after: int) -> bool:

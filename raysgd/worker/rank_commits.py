@@ -37,6 +37,13 @@ class RankCommits:
         """Whether the batch boundary after ``step`` steps takes an in-epoch commit."""
         return bool(every) and (step % every == 0 or self._again)
 
+    def before_batch(self, step: int) -> None:
+        """At the boundary after ``step`` steps: the commit taken a batch ago must have
+        reached the driver (``CommitHandoff.wait_landed``: what bounds lost work)."""
+        started = time.perf_counter()
+        self.handoff.wait_landed(step)
+        self._hold_s += time.perf_counter() - started
+
     def offer(self, step: int, snapshot: Callable[[], Any]) -> None:
         """Take the commit of ``step`` (``snapshot()``) and hand it over."""
         started = time.perf_counter()
