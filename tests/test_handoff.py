@@ -128,7 +128,8 @@ def test_the_second_batch_after_a_taken_commit_waits_until_the_driver_holds_it()
     handoff.wait_s = 5
     assert handoff.take(after=0, wait_s=0) == "c3"
     started = time.monotonic()
-    handoff.wait_landed(3)  # the commit's own boundary: the next batch may start
+    assert handoff.landing
+    assert not handoff.wait_landed(3)  # the commit's own boundary: the next batch may start
     assert time.monotonic() - started < 0.5
     landed = threading.Event()
     waiter = threading.Thread(target=lambda: (handoff.wait_landed(4), landed.set()))
@@ -139,7 +140,8 @@ def test_the_second_batch_after_a_taken_commit_waits_until_the_driver_holds_it()
     assert handoff.take(after=3, wait_s=0) is None  # the driver's next request: it holds c3
     assert landed.wait(2)
     waiter.join(2)
-    handoff.wait_landed(9)  # nothing taken since: no wait
+    assert not handoff.landing
+    assert not handoff.wait_landed(9)  # nothing taken since: no wait
     assert time.monotonic() - started < 2
 
 
@@ -148,7 +150,7 @@ def test_waiting_for_a_landing_gives_up_after_wait_s_and_a_restore_forgets_it():
     handoff.offer(3, "c3")
     assert handoff.take(after=0) == "c3"
     started = time.monotonic()
-    handoff.wait_landed(4)
+    assert handoff.wait_landed(4)
     assert 0.05 < time.monotonic() - started < 2
     handoff.wait_s = 0
     handoff.offer(6, "c6")
@@ -156,5 +158,5 @@ def test_waiting_for_a_landing_gives_up_after_wait_s_and_a_restore_forgets_it():
     handoff.wait_s = 5
     handoff.clear()
     started = time.monotonic()
-    handoff.wait_landed(7)
+    assert not handoff.wait_landed(7)
     assert time.monotonic() - started < 1

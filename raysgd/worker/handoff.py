@@ -115,18 +115,25 @@ class CommitHandoff:
                                "within %.0f s; training on", self._storing, self.wait_s)
                 self._storing = None
 
-    def wait_landed(self, step: int) -> None:
+    @property
+    def landing(self) -> bool:
+        """Whether a commit was taken that the driver has not acknowledged yet."""
+        return self._landing is not None
+
+    def wait_landed(self, step: int) -> bool:
         """Before the batch after step ``step``: a commit taken before ``step`` (so a whole
-        batch ago) is waited for (at most ``wait_s``) until the driver acknowledges it."""
-        if self._landing is None:  # most batches: no lock (a take sets it before offer returns)
-            return
+        batch ago) is waited for (at most ``wait_s``) until the driver acknowledges it.
+        Returns whether there was anything to wait for."""
+        if not self.landing:  # most batches: no lock (a take sets it before offer returns)
+            return False
         with self._cond:
             if self._landing is None or step <= self._landing or self.wait_s <= 0:
-                return  # wait_s 0: a rank in the driver, whose commits take no transfer
+                return False  # wait_s 0: a rank in the driver, whose commits take no transfer
             if not self._cond.wait_for(lambda: self._landing is None, timeout=self.wait_s):
                 logger.warning("raysgd: the driver did not acknowledge the commit of step %d "
                                "within %.0f s; training on", self._landing, self.wait_s)
                 self._landing = None
+            return True
 
     def steps(self) -> List[int]:
         with self._cond:

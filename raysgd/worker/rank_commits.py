@@ -37,12 +37,16 @@ class RankCommits:
         """Whether the batch boundary after ``step`` steps takes an in-epoch commit."""
         return bool(every) and (step % every == 0 or self._again)
 
-    def before_batch(self, step: int) -> None:
+    def before_batch(self, step: int) -> bool:
         """At the boundary after ``step`` steps: the commit taken a batch ago must have
-        reached the driver (``CommitHandoff.wait_landed``: what bounds lost work)."""
+        reached the driver (``CommitHandoff.wait_landed``: what bounds lost work).
+        Returns whether the rank waited; most batches it does not, and are not timed."""
+        if not self.handoff.landing:
+            return False
         started = time.perf_counter()
-        self.handoff.wait_landed(step)
+        waited = self.handoff.wait_landed(step)
         self._hold_s += time.perf_counter() - started
+        return waited
 
     def offer(self, step: int, snapshot: Callable[[], Any]) -> None:
         """Take the commit of ``step`` (``snapshot()``) and hand it over."""

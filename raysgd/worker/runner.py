@@ -315,10 +315,12 @@ class WorkerRunner(RunnerState):
         call_done = self._call_done_base + done
         if self.stop_point.at_boundary(self._passes.steps):
             raise StopHere(self.snapshot(call_done))
-        self._commits.before_batch(steps)
+        waited = self._commits.before_batch(steps)
         if done and self._commits.due(self._passes.steps, self.commit_every):
             self._commits.offer(self._passes.steps, lambda: self.snapshot(call_done))
-        self._last_progress = time.monotonic()  # waiting for the driver is not a hang
+            waited = True
+        if waited:
+            self._last_progress = time.monotonic()  # waiting for the driver is not a hang
         self._survivor.mark(steps, self._passes.state_dict, self.operator.global_step, call_done)
 
     def _note_first_step(self, done: int) -> None:
