@@ -160,3 +160,33 @@ def test_waiting_for_a_landing_gives_up_after_wait_s_and_a_restore_forgets_it():
     started = time.monotonic()
     assert not handoff.wait_landed(7)
     assert time.monotonic() - started < 1
+
+
+def test_a_newer_calls_request_ends_the_wait_for_a_commit_an_older_calls_request_took():
+    # The previous call's request took this call's first commit before this call's own
+    # request came: the driver closed that call and never holds it, so nobody will
+    # acknowledge it. Before, the rank waited wait_s (10 s) before its second batch.
+    handoff = CommitHandoff(wait_s=0)
+    handoff.offer(18, "c18")
+    handoff.wait_s = 5
+    assert handoff.take(after=15, wait_s=0, ticket=1) == "c18"  # the leftover request
+    assert handoff.take(after=16, wait_s=0, ticket=2) is None  # this call's first one
+    started = time.monotonic()
+    assert not handoff.wait_landed(19)
+    assert time.monotonic() - started < 0.5
+
+
+def test_closing_answers_a_waiting_request_at_once():
+    # A trainer's last request waits COMMIT_POLL_S on its runner; closed with the runner,
+    # it must not hold a commit thread of the warm process into the next trainer.
+    handoff = CommitHandoff(wait_s=5)
+    answered = []
+    waiter = threading.Thread(target=lambda: answered.append(
+        handoff.take(after=45, wait_s=30, ticket=3)))
+    waiter.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    handoff.close()
+    waiter.join(2)
+    assert answered == [None] and time.monotonic() - started < 1
+    assert handoff.take(after=0, wait_s=0, ticket=1) is None

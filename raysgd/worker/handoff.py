@@ -48,6 +48,7 @@ class CommitHandoff:
         self._live: Dict[int, Callable[[Any], Any]] = {}
         self._storing: Optional[int] = None  # a live commit taken, not yet acknowledged
         self._landing: Optional[int] = None  # any commit taken, not yet acknowledged
+        self._landing_ticket = 0  # the call whose request took it
 
     def offer(self, step: int, commit: Any,
               materialize: Optional[Callable[[Any], Any]] = None) -> bool:
@@ -72,12 +73,19 @@ class CommitHandoff:
         waiting older one empty-handed, so a request left over from the
         previous call never takes (and loses) a commit of the next. A request
         starting at or after a live commit it took before acknowledges it.
+
+        A request left over from the previous call may still take the next call's first
+        commit, if it comes before that call's own request: the driver has closed that
+        call and never holds the commit. A request of a newer call than the one that
+        took it ends the wait for it (:meth:`wait_landed`): the rank waits for nothing
+        the driver will ever acknowledge.
         """
         with self._cond:
             if self._storing is not None and after >= self._storing:
                 self._storing = None
                 self._cond.notify_all()
-            if self._landing is not None and after >= self._landing:
+            if self._landing is not None and (after >= self._landing
+                                              or ticket > self._landing_ticket):
                 self._landing = None
                 self._cond.notify_all()
             if ticket < self._ticket:
@@ -95,7 +103,7 @@ class CommitHandoff:
             step, commit = self._queue.popitem(last=False)
             if self._live.pop(step, None) is not None:
                 self._storing = step
-            self._landing = step
+            self._landing, self._landing_ticket = step, ticket
             self._cond.notify_all()
             return commit
 
@@ -145,6 +153,16 @@ class CommitHandoff:
             self._live.clear()
             self._storing = self._landing = None
             self._cond.notify_all()
+
+    def close(self) -> None:
+        """The runner is going (its trainer shut down): forget every commit and answer a
+        waiting request at once. Left waiting, it would hold one of the worker's commit
+        threads for its whole ``wait_s``, so that the next trainer on this warm process
+        would have one thread, and its previous call's request could take its next call's
+        commit."""
+        with self._cond:
+            self._ticket = 1 << 62  # every request is from an older call now
+        self.clear()
 
     def _newer(self, after: int) -> bool:
         return any(step > after for step in self._queue)

@@ -71,6 +71,11 @@ class RankCommits:
         self.handoff.clear()
         self._unchecked, self._again = None, False
 
+    def close(self) -> None:
+        """The runner is going: forget every commit; waiting requests return at once."""
+        self.handoff.close()
+        self._unchecked, self._again = None, False
+
     def _settle(self) -> None:
         if self._unchecked is not None:
             self._check_writes(self._unchecked)

@@ -335,6 +335,7 @@ class WorkerRunner(RunnerState):
         return fn(self.operator)
 
     def shutdown(self) -> None:
+        self._commits.close()
         for passes in (self._passes, self._val_passes):
             if passes is not None:
                 passes.close()
