@@ -1,5 +1,7 @@
 """The recovery benchmarks' step log: finding the first step after a restore. No Ray."""
-from bench.recovery.steplog import StepLog, analyse, read_log, read_setups
+import subprocess
+
+from bench.recovery.steplog import Killer, StepLog, analyse, read_log, read_setups
 
 
 def test_a_resume_from_the_survivors_state_is_found_by_its_set_up_line():
@@ -61,3 +63,20 @@ def test_a_preemption_run_that_ended_before_the_node_went_says_so():
     figures = notice_figures(_Drained(3.5, 11.0), moved, 0.0, plan)
     assert figures["kill_error"] is None and figures["notice_to_step_s"] == 12.0 - 3.5
     assert figures["steps_rerun"] == 0
+
+
+def test_a_kill_that_would_come_after_the_last_step_is_an_error_not_a_kill(tmp_path):
+    # Ray Train registered its checkpoint only after training ended (a loaded machine): a
+    # kill then measures no recovery, and must say so rather than leave figures empty.
+    log = StepLog(str(tmp_path), 0)
+    for step in range(1, 9):
+        log.completed(step)
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        killer = Killer(str(tmp_path), 6, lambda: victim.pid, final_step=8, deadline_s=5)
+        killer.run()
+        assert victim.poll() is None and killer.kill_time is None
+    finally:
+        victim.kill()
+        victim.wait()
+    assert "last step (8) before the kill" in killer.error

@@ -85,7 +85,8 @@ def main() -> None:
         trainer.train()  # warm-up epoch; the call ends with a commit
         waited, warm = wait_for_warm_spares(trainer) if args.warm_spare else (None, None)
         pids = trainer.apply_all_workers(os.getpid)
-        killer = Killer(step_dir, target, lambda: pids[args.victim_rank])
+        killer = Killer(step_dir, target, lambda: pids[args.victim_rank],
+                        final_step=RECOVERY_EPOCHS * steps_per_epoch)
         killer.start()
         for _ in range(RECOVERY_EPOCHS - 1):
             trainer.train()

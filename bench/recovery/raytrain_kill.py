@@ -6,13 +6,16 @@ model and optimizer state), and the train function restores from
 ``ray.train.get_checkpoint()`` when there is one, so a restart re-runs the
 epoch it was killed in. Workers write their pids and rank 0 its steps to a
 shared temporary directory; a driver thread kills rank 1 at the kill step, or
-later if Ray Train has not yet registered the epoch-1 checkpoint by then.
-Ray Train's own settings (health-check interval and so on) are left at their
-defaults.
+later if Ray Train has not yet registered the epoch-1 checkpoint by then. In
+quick mode (a loaded machine, where that registration can come after the last
+step) the workers wait after the first epoch's report until it is registered,
+so the kill lands at the kill step. Ray Train's own settings (health-check
+interval and so on) are left at their defaults.
 """
 import os
 import shutil
 import tempfile
+import time
 
 import ray
 import ray.train
@@ -85,6 +88,14 @@ def train_loop_per_worker(config: dict) -> None:
                            os.path.join(directory, STATE_FILE))
                 saved = Checkpoint.from_directory(directory)
             ray.train.report({"epoch": epoch + 1, "step": step}, checkpoint=saved)
+        wait_until_registered(config["registered_gate"])
+
+
+def wait_until_registered(path, timeout_s: float = 120.0) -> None:
+    """Until ``path`` (the controller's checkpoint snapshot) exists; at once for ``None``."""
+    deadline = time.monotonic() + timeout_s
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main() -> None:
@@ -92,15 +103,17 @@ def main() -> None:
     storage = tempfile.mkdtemp(prefix="bench-recovery-raytrain-")
     step_dir = os.path.join(storage, "steps")
     os.makedirs(step_dir)
+    # Kill only once the epoch-1 checkpoint is registered, so the restart resumes from it
+    # (the controller collects reports when it polls).
+    snapshot = os.path.join(storage, RUN_NAME, SNAPSHOT_FILE)
     config = {"workload": args.workload, "mode": RECOVERY_MODE, "threads": args.threads,
-              "step_dir": step_dir, "epochs": RECOVERY_EPOCHS}
+              "step_dir": step_dir, "epochs": RECOVERY_EPOCHS,
+              "registered_gate": snapshot if args.mode == "quick" else None}
     ray.init(num_cpus=4, include_dashboard=False)
     try:
-        # Kill only once the epoch-1 checkpoint is registered, so the restart
-        # resumes from it (the controller collects reports when it polls).
-        snapshot = os.path.join(storage, RUN_NAME, SNAPSHOT_FILE)
         killer = Killer(step_dir, target, lambda: read_pid(step_dir, args.victim_rank),
-                        ready=lambda: os.path.exists(snapshot))
+                        ready=lambda: os.path.exists(snapshot),
+                        final_step=RECOVERY_EPOCHS * steps_per_epoch)
         killer.start()
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=config,

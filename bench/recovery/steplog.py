@@ -123,14 +123,16 @@ def read_pid(directory: str, rank: int) -> int:
 
 class Killer(threading.Thread):
     """Waits for ``kill_step`` in the log (and ``ready()``, if given), then SIGKILLs
-    ``victim_pid()``, once."""
+    ``victim_pid()``, once; not if the log already shows ``final_step`` (a kill after the
+    last step measures no recovery, so it is an error instead)."""
 
     def __init__(self, directory: str, kill_step: int, victim_pid: Callable[[], int],
                  ready: Optional[Callable[[], bool]] = None, deadline_s: float = 600.0,
-                 poll_s: float = 0.002):
+                 poll_s: float = 0.002, final_step: Optional[int] = None):
         super().__init__(daemon=True, name="bench-killer")
         self.directory = directory
         self.kill_step = kill_step
+        self.final_step = final_step
         self.victim_pid = victim_pid
         self.ready = ready
         self.deadline_s = deadline_s
@@ -146,6 +148,10 @@ class Killer(threading.Thread):
             records = read_log(self.directory)
             if records and records[-1][0] >= self.kill_step and (
                     self.ready is None or self.ready()):
+                if self.final_step is not None and records[-1][0] >= self.final_step:
+                    self.error = (f"training reached its last step ({self.final_step}) "
+                                  "before the kill could land")
+                    return
                 try:
                     self.victim = self.victim_pid()
                     self.step_at_kill = records[-1][0]
