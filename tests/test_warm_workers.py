@@ -10,6 +10,8 @@ import torch
 
 from operators_for_tests import LinearOperator, RaisingOperator
 from raysgd import idle_workers, release_idle_workers
+from raysgd.utils import BATCH_SIZE
+from raysgd.worker.actor import COMMIT_WAIT_S
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -90,6 +92,24 @@ def test_a_second_trainer_reuses_the_processes_and_sees_nothing_of_the_first(tra
     # The operator is new: training starts from the operator's fresh state.
     assert second.train()["epoch"] == 1
     assert idle_workers()["workers"] == 0
+
+
+def test_a_second_trainers_call_does_not_wait_for_the_first_trainers_commit_request(
+        trainer_factory):
+    """The first trainer's last commit request (a long poll) waited on in its released
+    runner and held one of the process's two commit threads into the second trainer; the
+    second's first call then left a request behind that took its next call's first commit,
+    which no driver acknowledged, and the ranks waited COMMIT_WAIT_S (10 s) before their
+    next batch."""
+    config = {"data_size": 512, BATCH_SIZE: 32}  # 8 steps a call, a commit every 2
+    first = trainer_factory(checkpoint_every_n_steps=2, config=config)
+    first.train()
+    first.shutdown()
+    second = trainer_factory(checkpoint_every_n_steps=2, config=config)
+    assert second.train()["epoch"] == 1
+    started = time.monotonic()
+    assert second.train()["epoch"] == 2
+    assert time.monotonic() - started < 0.6 * COMMIT_WAIT_S  # a call takes well under 1 s
 
 
 def test_the_default_spare_goes_only_where_a_cpu_is_free_and_warms_at_normal_priority(
