@@ -72,6 +72,7 @@ def wait_for_warm_spares(trainer, timeout_s: float = WARM_SPARE_TIMEOUT_S
 
 def main() -> None:
     args, t0, workload, steps_per_epoch, target = start_kill_run(__doc__, _extra)
+    final_step = RECOVERY_EPOCHS * steps_per_epoch  # the kill must come before it
     step_dir = tempfile.mkdtemp(prefix="bench-recovery-raysgd-")
     spares = {} if args.spare_workers is None else {"spare_workers": args.spare_workers}
     ray.init(num_cpus=4, include_dashboard=False)
@@ -86,7 +87,7 @@ def main() -> None:
         waited, warm = wait_for_warm_spares(trainer) if args.warm_spare else (None, None)
         pids = trainer.apply_all_workers(os.getpid)
         killer = Killer(step_dir, target, lambda: pids[args.victim_rank],
-                        final_step=RECOVERY_EPOCHS * steps_per_epoch)
+                        final_step=final_step)
         killer.start()
         for _ in range(RECOVERY_EPOCHS - 1):
             trainer.train()
@@ -104,7 +105,7 @@ def main() -> None:
                "warm_spare_wait_s": waited, "spare_warm_at_kill": warm,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,
-               "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
+               "expected_final_step": final_step,
                "restarts": len({pid for _, _, pid in records}) - 1,
                "failures": stats.failures, "recoveries": stats.recoveries,
                "num_workers_after": stats.num_workers,

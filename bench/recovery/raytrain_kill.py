@@ -100,6 +100,7 @@ def wait_until_registered(path, timeout_s: float = 120.0) -> None:
 
 def main() -> None:
     args, t0, workload, steps_per_epoch, target = start_kill_run(__doc__, _extra)
+    final_step = RECOVERY_EPOCHS * steps_per_epoch  # the kill must come before it
     storage = tempfile.mkdtemp(prefix="bench-recovery-raytrain-")
     step_dir = os.path.join(storage, "steps")
     os.makedirs(step_dir)
@@ -113,7 +114,7 @@ def main() -> None:
     try:
         killer = Killer(step_dir, target, lambda: read_pid(step_dir, args.victim_rank),
                         ready=lambda: os.path.exists(snapshot),
-                        final_step=RECOVERY_EPOCHS * steps_per_epoch)
+                        final_step=final_step)
         killer.start()
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=config,
@@ -133,7 +134,7 @@ def main() -> None:
                "max_failures": args.max_failures,
                "first_step_s": records[0][1] - t0 if records else None,
                "final_step": records[-1][0] if records else None,
-               "expected_final_step": RECOVERY_EPOCHS * steps_per_epoch,
+               "expected_final_step": final_step,
                "restarts": len({pid for _, _, pid in records}) - 1}
     if killer.kill_time is not None:
         figures.update(analyse(records, killer.kill_time, setups))

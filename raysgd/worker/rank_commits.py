@@ -74,7 +74,7 @@ class RankCommits:
     def close(self) -> None:
         """The runner is going: forget every commit; waiting requests return at once."""
         self.handoff.close()
-        self._unchecked, self._again = None, False
+        self.clear()
 
     def _settle(self) -> None:
         if self._unchecked is not None:
