@@ -27,6 +27,8 @@ def lost(step):
 
 
 class FakeWatch:
+    ticket = 1
+
     class monitor:
         reports = {}
 
@@ -70,7 +72,7 @@ class FakeGroup:
         self._watch = FakeWatch(on_commit)
         return self._watch
 
-    def execute_pair(self, method, num_steps, profile, info, resume, watch=None):
+    def execute_pair(self, method, num_steps, profile, info, resume, ticket, watch=None):
         self.world.calls.append(("train", num_steps, info, resume))
         commits, end = self.world.script.pop(0)
         for made in commits:

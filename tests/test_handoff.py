@@ -190,3 +190,41 @@ def test_closing_answers_a_waiting_request_at_once():
     waiter.join(2)
     assert answered == [None] and time.monotonic() - started < 1
     assert handoff.take(after=0, wait_s=0, ticket=1) is None
+
+
+def test_a_calls_start_answers_the_previous_calls_request_before_any_commit_of_its_own():
+    # The previous call's last request still waits when the next call starts. Before
+    # begin(), it could take the new call's first commit (a live view): the driver never
+    # acknowledges that, and the next optimizer step's settle() waited wait_s (10 s).
+    handoff = CommitHandoff(wait_s=5)
+    answered = []
+    leftover = threading.Thread(target=lambda: answered.append(
+        handoff.take(after=40, wait_s=30, ticket=1)))
+    leftover.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    handoff.begin(2)
+    leftover.join(2)
+    assert answered == [None] and time.monotonic() - started < 1
+    handoff.offer(44, "c44", materialize=lambda commit: f"copy of {commit}")
+    assert handoff.take(after=40, wait_s=0, ticket=1) is None  # late, and from the old call
+    assert handoff.take(after=40, wait_s=0, ticket=2) == "c44"
+    handoff.take(after=44, wait_s=0, ticket=2)  # the driver holds it: acknowledged
+    started = time.monotonic()
+    handoff.settle()
+    assert time.monotonic() - started < 0.5
+    handoff.begin(2)  # the same call again (a retry) changes nothing
+    handoff.begin(1)  # nor does an older one
+    handoff.offer(48, "c48")
+    assert handoff.take(after=44, wait_s=0, ticket=2) == "c48"
+
+
+def test_a_calls_start_ends_the_wait_for_a_commit_of_an_older_call():
+    handoff = CommitHandoff(wait_s=0)
+    handoff.offer(18, "c18")
+    assert handoff.take(after=15, wait_s=0, ticket=1) == "c18"
+    handoff.wait_s = 5
+    handoff.begin(2)
+    started = time.monotonic()
+    assert not handoff.wait_landed(20)
+    assert time.monotonic() - started < 0.5

@@ -17,6 +17,8 @@ def commit(step, call_done=0):
 
 
 class FakeWatch:
+    ticket = 1
+
     class monitor:
         reports = {}
 
@@ -41,7 +43,7 @@ class FakeGroup:
         self.on_tick = on_tick
         return FakeWatch()
 
-    def execute_pair(self, method, remaining, profile, info, resume, watch=None):
+    def execute_pair(self, method, remaining, profile, info, resume, ticket, watch=None):
         self.world.calls.append((remaining, resume))
         self.world.draining.update(self.world.drain_in_call)
         for _ in range(3):

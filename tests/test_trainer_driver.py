@@ -54,7 +54,7 @@ class FakeWorkerGroup:
         from raysgd.state.commit import Commit
 
         if method == "train_and_commit":
-            metrics = self.execute("train_epoch", *args)
+            metrics = self.execute("train_epoch", *args[:-1])  # the last: the call's ticket
             headers = [{"step": 0, "call_done": 0, "metrics": m, "first_step_wall": None}
                        for m in metrics]
         else:
@@ -70,7 +70,7 @@ class FakeWorkerGroup:
     def watch(self, timeout_s, committed_step, on_commit=None, on_progress=None, on_tick=None):
         from types import SimpleNamespace
 
-        return SimpleNamespace(monitor=SimpleNamespace(reports={}))
+        return SimpleNamespace(monitor=SimpleNamespace(reports={}), ticket=1)
 
     def placeable_workers(self, want=0):
         if FakeWorkerGroup.placeable_script:
@@ -289,7 +289,7 @@ def test_the_survivors_newer_state_becomes_the_commit_that_every_rank_restores(m
     monkeypatch.setattr(first, "survivor_commit", lambda dead, commit: fresh, raising=False)
     reports = {0: {"steps": 8}, 1: {"steps": 8}}  # the batch of step 8 was in flight
     monkeypatch.setattr(first, "watch", lambda *a, **k: SimpleNamespace(
-        monitor=SimpleNamespace(reports=reports)), raising=False)
+        monitor=SimpleNamespace(reports=reports), ticket=1), raising=False)
     FakeWorkerGroup.train_script[:] = [died(1), [{"epoch": 1, "num_samples": 32, "loss": 1.0}] * 2]
     trainer.train()
     restores = [call[1][0] for call in first.calls if call[0] == "restore"]

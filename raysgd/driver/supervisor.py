@@ -124,7 +124,8 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
                                      on_progress=progress.update, on_tick=self._watch_drains)
             try:
                 headers, commit = self.group.execute_pair(
-                    "train_and_commit", remaining, profile, call.info, resume, watch=watch)
+                    "train_and_commit", remaining, profile, call.info, resume, watch.ticket,
+                    watch=watch)
             except WorkerFailedError as failure:
                 self._recover(failure, self._reached(watch))
             except BaseException as error:

@@ -159,7 +159,7 @@ class CallWatch:
     def _take_local(self) -> None:
         runner = self.group.local_runner
         while runner is not None:
-            snap = runner.next_commit(self.assembler.after(0))
+            snap = runner.next_commit(self.assembler.after(0), 0.0, self.ticket)
             if snap is None:
                 return
             self._add(0, snap["step"], snap["call_done"], ray.put(snap), snap["epochs_done"])

@@ -74,11 +74,10 @@ class CommitHandoff:
         previous call never takes (and loses) a commit of the next. A request
         starting at or after a live commit it took before acknowledges it.
 
-        A request left over from the previous call may still take the next call's first
-        commit, if it comes before that call's own request: the driver has closed that
-        call and never holds the commit. A request of a newer call than the one that
-        took it ends the wait for it (:meth:`wait_landed`): the rank waits for nothing
-        the driver will ever acknowledge.
+        A call's start (:meth:`begin`) answers the previous call's requests, so none of
+        them takes the call's first commit, which the driver would never hold. A request
+        of a newer call than the one that took a commit ends the wait for it
+        (:meth:`wait_landed`): the rank waits for nothing the driver will acknowledge.
         """
         with self._cond:
             if self._storing is not None and after >= self._storing:
@@ -106,6 +105,20 @@ class CommitHandoff:
             self._landing, self._landing_ticket = step, ticket
             self._cond.notify_all()
             return commit
+
+    def begin(self, ticket: int) -> None:
+        """The driver's call ``ticket`` starts on this rank, before it offers any commit:
+        a request of an older call still waiting is answered empty-handed now, so it cannot
+        take this call's first commit (the driver closed that call and would never
+        acknowledge it, and a live commit would hold the next optimizer step ``wait_s``).
+        Nothing an older call's request took will be acknowledged either."""
+        with self._cond:
+            if ticket <= self._ticket:
+                return
+            self._ticket = ticket
+            if self._landing is not None and ticket > self._landing_ticket:
+                self._landing = None
+            self._cond.notify_all()
 
     def settle(self) -> None:
         """Call before the live state changes: queued commits that view it get their own

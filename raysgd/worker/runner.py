@@ -200,11 +200,13 @@ class WorkerRunner(RunnerState):
         return result
 
     def train_and_commit(self, num_steps: Optional[int] = None, profile: bool = False,
-                         info: Optional[dict] = None, resume: bool = False,
+                         info: Optional[dict] = None, resume: bool = False, ticket: int = 0,
                          slab: Optional[SlabTarget] = None):
         """``train_epoch`` and the commit of its end state (into ``slab`` if given),
         returned together; or, when the ranks agreed to stop at a step (``stop_point``),
-        that step's commit (``stopped``)."""
+        that step's commit (``stopped``). ``ticket``: the driver's call, whose commit
+        requests alone may take this call's in-epoch commits (``CommitHandoff.begin``)."""
+        self._commits.handoff.begin(ticket)
         self.stop_point.open(self._passes.steps)
         try:
             metrics = self.train_epoch(num_steps, profile, info, resume)
