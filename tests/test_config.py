@@ -67,6 +67,23 @@ def test_primary_failure_prefers_user_error_and_groups_deaths():
     assert "worker died" in str(err)
 
 
+def test_a_gloo_transport_error_from_backward_is_a_peers_loss_not_a_user_error():
+    # DDP's reducer raises a peer's death inside backward() as a plain RuntimeError. Taken
+    # for a user error, it kept the driver from checking the dead rank's node at once: a
+    # lost node cost 2-3 s more before the survivors could stay (bench.chaos, 2026-11-29).
+    from raysgd.driver.failures import is_collective_error
+
+    reset = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537]"
+                         " Read error [127.0.0.1]:6867: Connection reset by peer.")
+    assert is_collective_error(reset)
+    assert not is_collective_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_collective_error(ValueError("gloo/transport/ in a user's own message"))
+    err = primary_failure([RankFailure(0, reset)])
+    assert isinstance(err, WorkerFailedError) and err.ranks == (0,)
+    user = primary_failure([RankFailure(0, reset), RankFailure(1, ValueError("bad"))])
+    assert isinstance(user, ValueError)  # rank 1's own error, not the reset it caused on 0
+
+
 def test_nccl_timeout_env_is_the_default_timeout(monkeypatch):
     from raysgd.config import default_timeout_s
 

@@ -14,9 +14,16 @@ import torch.distributed as dist
 from raysgd.errors import RankFailure, WorkerFailedError
 
 
+# Where gloo's TCP transport raises from: a read or write on a peer's connection failed (the
+# peer's process died, or its machine). DDP's reducer raises these inside backward() as a
+# plain RuntimeError, not a ``dist.DistError``; a user's mistake never comes from there.
+GLOO_TRANSPORT = "gloo/transport/"
+
+
 def is_collective_error(exc: BaseException) -> bool:
     """True for errors torch.distributed raises when a peer vanishes."""
-    return isinstance(exc, dist.DistError)
+    return isinstance(exc, dist.DistError) or (
+        isinstance(exc, RuntimeError) and GLOO_TRANSPORT in str(exc))
 
 
 def primary_failure(failures: Sequence[RankFailure]) -> BaseException:
