@@ -176,19 +176,25 @@ def test_a_newer_calls_request_ends_the_wait_for_a_commit_an_older_calls_request
     assert time.monotonic() - started < 0.5
 
 
+def _answers_a_waiting_request_at_once(handoff, release, after: int, ticket: int) -> None:
+    """A request of call ``ticket`` waits (30 s) on ``handoff``; ``release()`` must answer
+    it empty-handed within a second."""
+    answered = []
+    waiter = threading.Thread(target=lambda: answered.append(
+        handoff.take(after=after, wait_s=30, ticket=ticket)))
+    waiter.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    release()
+    waiter.join(2)
+    assert answered == [None] and time.monotonic() - started < 1
+
+
 def test_closing_answers_a_waiting_request_at_once():
     # A trainer's last request waits COMMIT_POLL_S on its runner; closed with the runner,
     # it must not hold a commit thread of the warm process into the next trainer.
     handoff = CommitHandoff(wait_s=5)
-    answered = []
-    waiter = threading.Thread(target=lambda: answered.append(
-        handoff.take(after=45, wait_s=30, ticket=3)))
-    waiter.start()
-    time.sleep(0.1)
-    started = time.monotonic()
-    handoff.close()
-    waiter.join(2)
-    assert answered == [None] and time.monotonic() - started < 1
+    _answers_a_waiting_request_at_once(handoff, handoff.close, after=45, ticket=3)
     assert handoff.take(after=0, wait_s=0, ticket=1) is None
 
 
@@ -197,15 +203,7 @@ def test_a_calls_start_answers_the_previous_calls_request_before_any_commit_of_i
     # begin(), it could take the new call's first commit (a live view): the driver never
     # acknowledges that, and the next optimizer step's settle() waited wait_s (10 s).
     handoff = CommitHandoff(wait_s=5)
-    answered = []
-    leftover = threading.Thread(target=lambda: answered.append(
-        handoff.take(after=40, wait_s=30, ticket=1)))
-    leftover.start()
-    time.sleep(0.1)
-    started = time.monotonic()
-    handoff.begin(2)
-    leftover.join(2)
-    assert answered == [None] and time.monotonic() - started < 1
+    _answers_a_waiting_request_at_once(handoff, lambda: handoff.begin(2), after=40, ticket=1)
     handoff.offer(44, "c44", materialize=lambda commit: f"copy of {commit}")
     assert handoff.take(after=40, wait_s=0, ticket=1) is None  # late, and from the old call
     assert handoff.take(after=40, wait_s=0, ticket=2) == "c44"
