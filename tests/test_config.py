@@ -77,6 +77,9 @@ def test_a_gloo_transport_error_from_backward_is_a_peers_loss_not_a_user_error()
                          " Read error [127.0.0.1]:6867: Connection reset by peer.")
     assert is_collective_error(reset)
     assert not is_collective_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_collective_error(RuntimeError(  # a mismatched collective: the user's
+        "[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+        "op.preamble.length <= op.nbytes. 8 vs 4"))
     assert not is_collective_error(ValueError("gloo/transport/ in a user's own message"))
     err = primary_failure([RankFailure(0, reset)])
     assert isinstance(err, WorkerFailedError) and err.ranks == (0,)

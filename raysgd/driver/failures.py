@@ -14,16 +14,20 @@ import torch.distributed as dist
 from raysgd.errors import RankFailure, WorkerFailedError
 
 
-# Where gloo's TCP transport raises from: a read or write on a peer's connection failed (the
-# peer's process died, or its machine). DDP's reducer raises these inside backward() as a
-# plain RuntimeError, not a ``dist.DistError``; a user's mistake never comes from there.
+# A peer's connection lost under gloo's TCP transport (its process died, or its machine):
+# DDP's reducer raises it inside backward() as a plain RuntimeError, not a
+# ``dist.DistError``. Only these causes: the same file also checks sizes, which a user's
+# mismatched collective fails.
 GLOO_TRANSPORT = "gloo/transport/"
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 
 
 def is_collective_error(exc: BaseException) -> bool:
     """True for errors torch.distributed raises when a peer vanishes."""
-    return isinstance(exc, dist.DistError) or (
-        isinstance(exc, RuntimeError) and GLOO_TRANSPORT in str(exc))
+    if isinstance(exc, dist.DistError):
+        return True
+    message = str(exc) if isinstance(exc, RuntimeError) else ""
+    return GLOO_TRANSPORT in message and any(cause in message for cause in PEER_GONE)
 
 
 def primary_failure(failures: Sequence[RankFailure]) -> BaseException:
