@@ -83,15 +83,12 @@ class CommitHandoff:
             if self._storing is not None and after >= self._storing:
                 self._storing = None
                 self._cond.notify_all()
-            if self._landing is not None and (after >= self._landing
-                                              or ticket > self._landing_ticket):
+            if self._landing is not None and after >= self._landing:
                 self._landing = None
                 self._cond.notify_all()
             if ticket < self._ticket:
                 return None
-            if ticket > self._ticket:
-                self._ticket = ticket
-                self._cond.notify_all()
+            self._advance(ticket)
             ready = self._cond.wait_for(lambda: self._ticket > ticket or self._newer(after),
                                         timeout=wait_s)
             if not ready or self._ticket > ticket:
@@ -113,12 +110,7 @@ class CommitHandoff:
         acknowledge it, and a live commit would hold the next optimizer step ``wait_s``).
         Nothing an older call's request took will be acknowledged either."""
         with self._cond:
-            if ticket <= self._ticket:
-                return
-            self._ticket = ticket
-            if self._landing is not None and ticket > self._landing_ticket:
-                self._landing = None
-            self._cond.notify_all()
+            self._advance(ticket)
 
     def settle(self) -> None:
         """Call before the live state changes: queued commits that view it get their own
@@ -174,8 +166,18 @@ class CommitHandoff:
         would have one thread, and its previous call's request could take its next call's
         commit."""
         with self._cond:
-            self._ticket = 1 << 62  # every request is from an older call now
+            self._advance(1 << 62)  # every request is from an older call now
         self.clear()
+
+    def _advance(self, ticket: int) -> None:
+        """Under the lock: a call newer than any seen adopts ``ticket``. Requests of older
+        calls are released empty-handed, and nothing they took will be acknowledged."""
+        if ticket <= self._ticket:
+            return
+        self._ticket = ticket
+        if self._landing is not None and ticket > self._landing_ticket:
+            self._landing = None
+        self._cond.notify_all()
 
     def _newer(self, after: int) -> bool:
         return any(step > after for step in self._queue)

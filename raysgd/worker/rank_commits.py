@@ -73,8 +73,8 @@ class RankCommits:
 
     def close(self) -> None:
         """The runner is going: forget every commit; waiting requests return at once."""
-        self.handoff.close()
-        self.clear()
+        self.handoff.close()  # clears the hand-off too
+        self._unchecked, self._again = None, False
 
     def _settle(self) -> None:
         if self._unchecked is not None:
