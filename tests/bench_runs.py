@@ -60,10 +60,29 @@ class QuickRun:
         self.proc, self.out, self.stdout = proc, out, proc.stdout
 
     def document(self) -> dict:
-        """The JSON it saved; fails the test with the run's output tail if it failed."""
-        assert self.proc.returncode == 0, self.proc.stdout[-3000:] + self.proc.stderr[-3000:]
+        """The JSON it saved; fails the test with the run's output tail, and the failed
+        runs' own output tails from the JSON, if it failed."""
+        assert self.proc.returncode == 0, (self.proc.stdout[-3000:] + self.proc.stderr[-3000:]
+                                           + self._failed_runs_errors())
         with open(self.out) as handle:
             return json.load(handle)
+
+
+    def _failed_runs_errors(self) -> str:
+        # A benchmark names a failed run on its progress line and keeps the run's output
+        # only in the JSON, which the session's temporary folder loses after the test.
+        try:
+            with open(self.out) as handle:
+                document = json.load(handle)
+        except (OSError, ValueError):
+            return ""
+        errors = []
+        for group in ("runs", "variants"):
+            for name, runs in (document.get(group) or {}).items():
+                runs = runs.get("runs", []) if isinstance(runs, dict) else runs
+                errors += [f"\n--- {name}: {run['error']}" for run in runs
+                           if isinstance(run, dict) and run.get("error")]
+        return "".join(errors)[-6000:]
 
 
 def smoke_modules() -> set:

@@ -12,6 +12,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 
 from bench.chaos.analysis import run_figures
 from bench.chaos.inject import Injector
@@ -60,13 +61,25 @@ def main() -> None:
           "global_batch": batch, "applied": injector.applied,
           "trainer_error": runner.error, "reported": runner.reported, "wall_s_child": time.time() - t0})
     sys.stdout.flush()
-    _kill_descendants()
-    runner.targets.forget()
-    if args.keep:
-        print(f"kept {work}", flush=True)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    _clean_up(runner, work, args.keep)
     os._exit(0)
+
+
+def _clean_up(runner, work: str, keep: bool) -> None:
+    """Once the figures are out: end the trainer's processes and drop the run's files. A
+    failure here is reported, not the run's: its figures stand."""
+    started = time.time()
+    try:
+        _kill_descendants()
+        runner.targets.forget()
+        if keep:
+            print(f"kept {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    except Exception:  # noqa: BLE001 - printed for whoever reads the run's output
+        traceback.print_exc()
+    print(f"bench.chaos.child: cleaned up in {time.time() - started:.2f}s", file=sys.stderr,
+          flush=True)
 
 
 if __name__ == "__main__":
