@@ -1,5 +1,6 @@
-"""Applies a schedule to a running trainer, on the main thread of the run's own driver
-process (``ray.cluster_utils.Cluster`` starts and stops nodes only from the main thread)."""
+"""Applies a schedule to a running trainer, on the main thread of the run's own process
+(``ray.cluster_utils.Cluster`` starts and stops nodes only from the main thread), which
+owns the cluster but drives no trainer (``bench.chaos.driver``)."""
 from __future__ import annotations
 
 import heapq

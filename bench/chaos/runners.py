@@ -1,7 +1,8 @@
 """The four trainers of a chaos run, each started the way its users start it.
 
 ``runner.start()`` returns the launch time (the window's t0) once training has been set
-going on a thread (raysgd, Ray Train) or in a torchrun process tree; ``runner.targets``
+going in a driver process of its own (raysgd, Ray Train: ``bench.chaos.driver``) or in a
+torchrun process tree; ``runner.targets``
 is what the injector hits; ``runner.error`` is whatever ended training early;
 ``runner.reported`` what the trainer says of its own recoveries (raysgd's
 ``recovery_stats`` after its last ``train()``).
@@ -9,86 +10,55 @@ is what the injector hits; ``runner.error`` is whatever ended training early;
 from __future__ import annotations
 
 import os
+import functools
 import socket
 import subprocess
 import sys
-import threading
 import time
-import traceback
-from dataclasses import asdict
 from typing import Any, Dict, Optional
 
+from bench.chaos.driver import READY, read_status
 from bench.chaos.targets import ProcessTargets, RayTargets
 from bench.launch import REPO_ROOT
 
 
-class _ThreadRunner:
-    """A Ray trainer on a cluster of its own, trained on a thread of this process."""
+class RayDriverRunner:
+    """A Ray trainer (``bench.chaos.driver.TRAINERS``) on a cluster of its own, driven from a
+    process of its own, started and importing before the window; ``start()`` lets it go."""
 
-    def __init__(self, args, step_dir: str, storage: str):
-        self.args, self.step_dir, self.storage = args, step_dir, storage
+    def __init__(self, trainer: str, args, step_dir: str, storage: str):
         self.targets = RayTargets(step_dir)
-        self.error: Optional[str] = None
-        self.reported: Dict[str, Any] = {}  # what the trainer says of its own recoveries
+        self.status = os.path.join(os.path.dirname(storage), "driver-status.json")
+        self.log = open(os.path.join(storage, "driver.log"), "w")  # kept with --keep
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.chaos.driver", "--trainer", trainer,
+             "--address", self.targets.cluster.address, "--status", self.status,
+             "--workload", args.workload, "--mode", args.mode, "--threads", str(args.threads),
+             "--step-dir", step_dir, "--storage", storage, "--every", str(args.every)],
+            cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            text=True)
+        if self.proc.stdout.readline().strip() != READY:
+            raise RuntimeError(f"bench.chaos.driver exited with {self.proc.wait()} before it "
+                               f"was ready; see {self.log.name}")
+
+    @property
+    def error(self) -> Optional[str]:
+        error = read_status(self.status)["error"]
+        code = self.proc.poll()
+        if error is None and code is not None:
+            error = f"the driver exited with {code} inside the window"
+        return error
+
+    @property
+    def reported(self) -> Dict[str, Any]:
+        """raysgd's ``recovery_stats`` after its last ``train()``."""
+        return read_status(self.status)["reported"]
 
     def start(self) -> float:
-        import ray
-
         t0 = time.time()
-        ray.init(address=self.targets.cluster.address, include_dashboard=False,
-                 log_to_driver=False)
-        threading.Thread(target=self._guarded, daemon=True, name="bench-chaos-train").start()
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
         return t0
-
-    def _guarded(self) -> None:
-        try:
-            self.train()
-        except BaseException:  # noqa: BLE001 - reported as the run's trainer_error
-            self.error = traceback.format_exc(limit=4)
-
-    def train(self) -> None:
-        raise NotImplementedError
-
-
-class RaysgdRunner(_ThreadRunner):
-    """raysgd defaults plus ``checkpoint_dir``; ``train()`` until the window ends."""
-
-    def train(self) -> None:
-        from raysgd import TorchTrainer
-        from raysgd.utils import BATCH_SIZE
-
-        from bench.chaos.operator import ChaosOperator
-        from bench.workloads import get_workload
-
-        workload = get_workload(self.args.workload, self.args.mode)
-        trainer = TorchTrainer(training_operator_cls=ChaosOperator, num_workers=2, use_gpu=False,
-                               checkpoint_dir=self.storage,
-                               config={BATCH_SIZE: workload.batch_size, "mode": self.args.mode,
-                                       "workload": self.args.workload, "step_dir": self.step_dir})
-        while True:
-            trainer.train()
-            self.reported = asdict(trainer.recovery_stats)
-
-
-class RayTrainRunner(_ThreadRunner):
-    """Ray Train 2.x with ``FailureConfig(max_failures=-1)`` and ``storage_path``."""
-
-    def train(self) -> None:
-        from ray.train import FailureConfig, RunConfig, ScalingConfig
-        from ray.train.torch import TorchTrainer
-
-        from bench.chaos.raytrain_loop import train_loop_per_worker
-
-        config = {"workload": self.args.workload, "mode": self.args.mode,
-                  "threads": self.args.threads, "step_dir": self.step_dir,
-                  "every": self.args.every}
-        TorchTrainer(
-            train_loop_per_worker, train_loop_config=config,
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
-                                         resources_per_worker={"CPU": self.args.threads}),
-            run_config=RunConfig(name="bench-chaos", storage_path=self.storage,
-                                 failure_config=FailureConfig(max_failures=-1))).fit()
-        raise RuntimeError("Ray Train's fit() returned inside the window")
 
 
 class TorchrunRunner:
@@ -179,5 +149,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-RUNNERS = {"raysgd": RaysgdRunner, "raytrain": RayTrainRunner, "torchrun": TorchrunRunner,
-           "torchft": TorchftRunner}
+RUNNERS = {"raysgd": functools.partial(RayDriverRunner, "raysgd"),
+           "raytrain": functools.partial(RayDriverRunner, "raytrain"),
+           "torchrun": TorchrunRunner, "torchft": TorchftRunner}

@@ -80,6 +80,15 @@ class RayTargets(ProcessTargets):
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         for _ in range(NUM_NODES):
             self.cluster.add_node(num_cpus=NODE_CPUS)
+        self._gcs_client = None
+
+    def _gcs(self):
+        """A GCS client of this process's own: it drives no trainer (``bench.chaos.driver``)."""
+        if self._gcs_client is None:
+            from ray._raylet import GcsClient
+
+            self._gcs_client = GcsClient(address=self.cluster.address)
+        return self._gcs_client
 
     def _node(self, rank: int):
         found = read_rank(self.step_dir, rank)
@@ -105,7 +114,7 @@ class RayTargets(ProcessTargets):
         node = self._node(rank)
         if node is None:
             return "missed: the rank's node is gone already", None
-        why = drain(node.node_id, notice_s, "bench.chaos: spot preemption")
+        why = drain(node.node_id, notice_s, "bench.chaos: spot preemption", self._gcs())
         if why is not None:
             return f"missed: drain refused ({why})", None
         return (f"ok: node {node.node_id[:8]} drained, gone in {notice_s:.0f}s",

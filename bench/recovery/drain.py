@@ -54,14 +54,16 @@ def start_cluster():
     return cluster
 
 
-def drain(node_id: str, deadline_s: float, message: str) -> Optional[str]:
+def drain(node_id: str, deadline_s: float, message: str, gcs: Any = None) -> Optional[str]:
     """Drain ``node_id`` for preemption with a deadline ``deadline_s`` from now, through Ray's
     GCS (the call ``ray drain-node`` makes, as KubeRay and the autoscaler do); None when Ray
-    accepted it, else why not."""
+    accepted it, else why not. ``gcs``: a ``ray._raylet.GcsClient`` (default: this
+    process's, which must have joined the cluster)."""
     import ray
     from ray.core.generated import autoscaler_pb2
 
-    gcs = ray._private.worker.global_worker.gcs_client
+    if gcs is None:
+        gcs = ray._private.worker.global_worker.gcs_client
     accepted, why = gcs.drain_node(
         node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message,
         int((time.time() + deadline_s) * 1000))
