@@ -2,15 +2,14 @@
 
 ``runner.start()`` returns the launch time (the window's t0) once training has been set
 going in a driver process of its own (raysgd, Ray Train: ``bench.chaos.driver``) or in a
-torchrun process tree; ``runner.targets``
-is what the injector hits; ``runner.error`` is whatever ended training early;
-``runner.reported`` what the trainer says of its own recoveries (raysgd's
-``recovery_stats`` after its last ``train()``).
+torchrun process tree; ``runner.targets`` is what the injector hits; ``runner.error`` is
+whatever ended training early; ``runner.reported`` what the trainer says of its own
+recoveries (raysgd's ``recovery_stats`` after its last ``train()``).
 """
 from __future__ import annotations
 
-import os
 import functools
+import os
 import socket
 import subprocess
 import sys
