@@ -162,3 +162,28 @@ def test_torchft_groups_share_one_step_log_that_only_moves_forward(tmp_path):
     first.advance(3)  # a group healed behind the log writes nothing until it passes it
     assert [step for step, _, _ in read_log(str(tmp_path))] == [2, 4, 5]
     assert read_pid(str(tmp_path), 1) == read_pid(str(tmp_path), 0)  # one process here
+
+
+def test_the_goodput_shortfall_splits_into_rate_start_events_and_the_rest():
+    from bench.chaos.summary import shortfall, shortfall_parts
+    from bench.chaos.tables import shortfall_table
+
+    # torchrun 100 samples/s, this trainer 80 unfaulted; a 10 s window, first step at 1 s,
+    # one 2 s pause and 20 samples redone: 80 * (10 - 1 - 2) - 20 = 540 distinct samples.
+    faulted = {**run(540, events=[{"kind": "kill", "pause_s": 2.0, "redone_steps": 5}]),
+               "redone_samples": 20}
+    parts = shortfall(faulted, baseline=100.0, own_rate=80.0)
+    assert parts["rate"] == pytest.approx(0.2)
+    assert parts["start"] == pytest.approx(0.08)
+    assert parts["events"] == pytest.approx(0.16 + 0.02)
+    assert parts["rest"] == pytest.approx(0.0, abs=1e-12)
+    assert sum(parts.values()) == pytest.approx(1 - 540 / 1000)
+    # 40 samples fewer than that: the rest, e.g. a slow stretch after the recovery.
+    assert shortfall({**faulted, "samples": 500}, 100.0, 80.0)["rest"] == pytest.approx(0.04)
+    assert shortfall(faulted, None, 80.0) is None and shortfall(faulted, 100.0, None) is None
+    assert shortfall({**faulted, "ok": False}, 100.0, 80.0) is None
+    summary = shortfall_parts([faulted, {**faulted, "samples": 500}], 100.0, 80.0)
+    assert summary["rest"]["median"] == pytest.approx(0.02)
+    assert shortfall_parts([], 100.0, 80.0) == {}
+    table = shortfall_table({"raysgd@20s": {"shortfall": summary}, "torchrun@none": {}})
+    assert "raysgd@20s" in table and "torchrun" not in table and "rest" in table

@@ -67,6 +67,38 @@ def breakdown(runs: List[Dict[str, Any]], step_s: Optional[float]) -> Dict[str, 
     return out
 
 
+# Where a run's goodput went, in goodput units (they add up to 1 - goodput); see shortfall().
+SHORTFALL_PARTS = ("rate", "start", "events", "rest")
+
+
+def shortfall(run: Dict[str, Any], baseline: Optional[float],
+              own_rate: Optional[float]) -> Optional[Dict[str, float]]:
+    """Split a run's 1 - goodput: ``rate``, training at the trainer's own unfaulted steady
+    rate ``own_rate`` instead of torchrun's ``baseline`` the whole window; ``start``, the
+    window before its first step; ``events``, each event's pause and redone steps (at its own
+    rate); ``rest``, what none of these explains (slower stretches after a recovery, the
+    machine's drift; negative when the run went faster than the unfaulted one). None
+    without both rates or a first step."""
+    if not run["ok"] or not baseline or not own_rate or run.get("first_step_s") is None:
+        return None
+    window, scale = run["window_s"], own_rate / baseline
+    parts = {"rate": 1.0 - scale,
+             "start": run["first_step_s"] / window * scale,
+             "events": (sum(event["pause_s"] for event in run["events"]) / window * scale
+                        + run["redone_samples"] / (baseline * window))}
+    parts["rest"] = 1.0 - goodput(run, baseline) - sum(parts.values())
+    return parts
+
+
+def shortfall_parts(runs: List[Dict[str, Any]], baseline: Optional[float],
+                    own_rate: Optional[float]) -> Dict[str, Any]:
+    """Each part of :func:`shortfall` over ``runs`` (median [min-max]); empty without any."""
+    found = [parts for run in runs if (parts := shortfall(run, baseline, own_rate))]
+    if not found:
+        return {}
+    return {part: stats([parts[part] for parts in found]) for part in SHORTFALL_PARTS}
+
+
 # The parts of a recovery raysgd reports (``recovery_stats.recovery_phases``), in path order.
 RECOVERY_PARTS = ("detect_s", "survivors_s", "replace_s", "restart_s", "restore_s", "backoff_s",
                   "first_step_s", "other_s", "total_s")
@@ -105,6 +137,7 @@ def summarize_cells(cells: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[st
             "trainer_errors": sum(bool(run.get("trainer_error")) for run in runs),
             "runs": len(runs), "ok_runs": len(good),
             "breakdown": breakdown(good, _step_s(cells, trainer, baseline, batch)),
+            "shortfall": shortfall_parts(good, baseline, steady_rate(cells, trainer)),
             "recovery_parts": recovery_parts(good)}
     return out
 

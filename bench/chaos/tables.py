@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional
 
 from tabulate import tabulate
 
-from bench.chaos.summary import LABELS, RECOVERY_PARTS
+from bench.chaos.summary import LABELS, RECOVERY_PARTS, SHORTFALL_PARTS
 
 
 def _fmt(stats: Optional[Dict[str, float]], digits: int = 2) -> str:
@@ -57,6 +57,15 @@ def breakdown_table(summaries: Dict[str, Dict[str, Any]]) -> str:
                                    "lost s/event", "lost s total"])
 
 
+def shortfall_table(summaries: Dict[str, Dict[str, Any]]) -> str:
+    """Where each faulted cell's goodput went (``summary.shortfall``), medians."""
+    rows = [[key, *(f"{cell['shortfall'][part]['median']:.3f}" for part in SHORTFALL_PARTS)]
+            for key, cell in summaries.items() if cell.get("shortfall")]
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["1 - goodput, split", *SHORTFALL_PARTS])
+
+
 def recovery_parts_table(summaries: Dict[str, Dict[str, Any]]) -> str:
     """Where raysgd's recoveries spent their seconds (``recovery_stats.recovery_phases``)."""
     rows = [[key, cell["recovery_parts"]["recoveries"],
@@ -81,8 +90,11 @@ def print_report(summaries: Dict[str, Dict[str, Any]], rows: List[Dict[str, Any]
           f"peers checkpoint every {meta['peer_checkpoint_every_steps']} steps; "
           f"{meta['cpus']} cores shared by every simulated node\n")
     for part in (goodput_table(summaries), cell_table(summaries), breakdown_table(summaries),
-                 recovery_parts_table(summaries), target_table(rows)):
+                 shortfall_table(summaries), recovery_parts_table(summaries),
+                 target_table(rows)):
         if part:
             print(part + "\n")
     print("lost s = the longest pause after an event plus its redone steps at the trainer's "
-          "unfaulted step time.\n")
+          "unfaulted step time.\n1 - goodput, split: rate = the trainer's unfaulted steady "
+          "rate below torchrun's; start = before its first step; events = pauses and redone "
+          "steps; rest = the remainder (slow stretches after recoveries, drift).\n")
