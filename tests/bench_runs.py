@@ -67,7 +67,6 @@ class QuickRun:
         with open(self.out) as handle:
             return json.load(handle)
 
-
     def _failed_runs_errors(self) -> str:
         # A benchmark names a failed run on its progress line and keeps the run's output
         # only in the JSON, which the session's temporary folder loses after the test.
