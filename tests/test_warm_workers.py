@@ -112,11 +112,23 @@ def test_a_second_trainers_call_does_not_wait_for_the_first_trainers_commit_requ
     assert time.monotonic() - started < 0.6 * COMMIT_WAIT_S  # a call takes well under 1 s
 
 
-def test_the_default_spare_goes_only_where_a_cpu_is_free_and_warms_at_normal_priority(
+def thread_niceness(pid: int) -> set:
+    """The niceness of every thread of process ``pid``."""
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def may_raise_priority_to(nice: int) -> bool:
+    import resource
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
+
+
+def test_the_default_spare_goes_only_where_a_cpu_is_free_and_runs_at_the_ranks_niceness(
         trainer_factory):
     """Two 1-CPU workers on the 4-CPU node leave two CPUs free: the default keeps one spare
-    there, warming at the priority every worker has. Two 2-CPU workers reserve every CPU:
-    no spare (a dead rank is then taken by a new process)."""
+    there. The spare and every thread of a rank run at the driver's niceness
+    (raysgd.worker.priority) where the OS allows, and a released process goes back to Ray's
+    worker niceness. Two 2-CPU workers reserve every CPU: no spare (a dead rank is then taken
+    by a new process)."""
     import ray
 
     release_idle_workers()  # earlier tests' idle spares would be adopted
@@ -128,14 +140,28 @@ def test_the_default_spare_goes_only_where_a_cpu_is_free_and_warms_at_normal_pri
     pid = info["pid"]
     rank_pid = pids(roomy)[0]
     assert os.sched_getscheduler(pid) == os.SCHED_OTHER
-    assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, rank_pid)
+    driver = os.getpriority(os.PRIO_PROCESS, 0)
+    rays = 15  # Ray's default worker_niceness
+    expected = {driver} if may_raise_priority_to(driver) else {rays}
+    assert thread_niceness(rank_pid) == expected and thread_niceness(pid) == expected
     roomy.shutdown()
+    assert thread_niceness(rank_pid) == {rays}  # idle in the pool: Ray's again
     release_idle_workers()
 
     full = trainer_factory(num_cpus_per_worker=2)
     full.train()
     full.train()
     assert full._supervisor.group.spares == []
+    assert idle_workers()["workers"] == 0
+
+
+def test_a_bad_rank_niceness_is_refused_before_any_worker_starts(trainer_factory, monkeypatch):
+    from raysgd.errors import ConfigError
+
+    release_idle_workers()
+    monkeypatch.setenv("RAYSGD_RANK_NICENESS", "high")
+    with pytest.raises(ConfigError, match="RAYSGD_RANK_NICENESS='high'"):
+        trainer_factory()
     assert idle_workers()["workers"] == 0
 
 

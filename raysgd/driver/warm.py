@@ -41,18 +41,23 @@ SPARE_PROBE_S = 1.0
 
 
 class BesideBundles:
-    """CPU workers: zero-resource actors on their bundles' nodes; the group holds the CPUs."""
+    """CPU workers: zero-resource actors on their bundles' nodes; the group holds the CPUs.
+    ``niceness``: what its processes run at from their start (``raysgd.worker.priority``)."""
 
     keeps_group = False
 
+    def __init__(self, niceness: Optional[int] = None):
+        self.niceness = niceness
+
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         return RemoteWorker.options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+        ).remote(False, self.niceness)
 
     def spare(self, node: str):
         # On its planned node exactly: Ray may put a zero-resource actor with soft affinity
         # on any node, the ranks' own included, where a lost node would take it with them.
-        return _spare_on(node)
+        return _spare_on(node, self.niceness)
 
 
 class InBundles:
@@ -60,32 +65,36 @@ class InBundles:
 
     keeps_group = True
 
-    def __init__(self, gpus_per_worker: float):
+    def __init__(self, gpus_per_worker: float, niceness: Optional[int] = None):
         self.gpus = gpus_per_worker
+        self.niceness = niceness
 
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
         return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
-                                    scheduling_strategy=strategy).remote()
+                                    scheduling_strategy=strategy).remote(False, self.niceness)
 
     def spare(self, node: str):
         # A spare holds no GPU while idle and starts no CUDA while warming; when it takes a
         # rank it uses the dead rank's device, which the rank's bundle still reserves
         # (_WorkerActor.use_devices).
         # On its node exactly: it can only take a rank there (the device ids are the node's).
-        return _spare_on(node)
+        return _spare_on(node, self.niceness)
 
 
-def _spare_on(node: str):
+def _spare_on(node: str, niceness: Optional[int]):
     """A spare's process on ``node`` exactly, holding no CPU and no GPU. One whose node died
     before it started fails to start, and the next commit replaces it."""
     strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-    return RemoteWorker.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy).remote(True)
+    return RemoteWorker.options(num_cpus=0, num_gpus=0,
+                                scheduling_strategy=strategy).remote(True, niceness)
 
 
-def residence(settings: WorkerSettings):
-    """Where this trainer's workers live (decided once, from ``use_gpu``)."""
-    return InBundles(settings.num_gpus_per_worker) if settings.use_gpu else BesideBundles()
+def residence(settings: WorkerSettings, niceness: Optional[int] = None):
+    """Where this trainer's workers live (decided once, from ``use_gpu``), and the niceness
+    its processes start at."""
+    return InBundles(settings.num_gpus_per_worker, niceness) if settings.use_gpu \
+        else BesideBundles(niceness)
 
 
 @dataclass(eq=False)

@@ -41,6 +41,7 @@ from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit
 from raysgd.worker.actor import COMMIT_WAIT_S
+from raysgd.worker import priority
 from raysgd.worker.distributed import local_ranks
 from raysgd.worker.runner import WorkerRunner
 
@@ -72,7 +73,8 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
         self.warm = warm
-        self.residence = warm_processes.residence(settings)
+        self._niceness = priority.rank_niceness()  # what ranks train at (the driver's)
+        self.residence = warm_processes.residence(settings, self._niceness)
         self.spares: List[warm_processes.Spare] = []  # warm processes for dead ranks' places
         self.reservation = reservation
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
@@ -259,7 +261,8 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         # so they may view the live state (worker/live_state.py); a local rank's may not.
         remote_extra = {"num_threads": max(1, int(self.settings.num_cpus_per_worker)),
                         "commit_wait_s": COMMIT_WAIT_S, "commit_views": True}
-        refs = [actor.start.remote(self.initialization_hook, {**kw, **remote_extra})
+        refs = [actor.start.remote(self.initialization_hook, {**kw, **remote_extra},
+                                   self._niceness)
                 for actor, kw in zip(self.actors, remote_kwargs)]
         if self.use_local:
             if self.initialization_hook:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import ray
 
+from raysgd.worker import priority
+
 if TYPE_CHECKING:
     from raysgd.worker.process_state import Baseline
     from raysgd.worker.runner import WorkerRunner
@@ -24,11 +26,18 @@ COPY_WAIT_S = 300.0  # a peer's copy of a commit gives up after this
 class _WorkerActor:
     """Thin actor around a :class:`WorkerRunner`; tags errors with the rank."""
 
-    def __init__(self, spare: bool = False):
+    def __init__(self, spare: bool = False, niceness: Optional[int] = None):
+        """A process a trainer started (as a rank or a ``spare``) runs at ``niceness`` from
+        here on, the ranks' (``raysgd.worker.priority``): a newcomer or spare warming up
+        beside training then competes with it as an equal, as the ranks do with the driver and
+        Ray's daemons. None keeps Ray's."""
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
         self.baseline: Optional[Baseline] = None  # taken before any user code runs here
         self.devices: list = []  # a former spare's device ids, taken from a dead rank
+        self.ray_niceness = priority.current()  # what Ray started it at; the pool's
+        if niceness is not None:
+            priority.set_niceness(niceness)
         if not spare:  # a spare takes it in warm() (torch comes with it)
             self._capture_baseline()
 
@@ -40,10 +49,10 @@ class _WorkerActor:
     def warm(self, operator_blob: bytes) -> str:
         """A spare does now what a worker's first trainer would wait for: import torch,
         raysgd's worker side, what DDP imports on first use and the operator's module
-        (``operator_blob`` is the pickled class). It runs at normal priority: a spare is
-        kept only where a CPU is free for it (``raysgd.driver.spare_plan``), or where the
-        user asked for one. It initialises no CUDA (importing torch does not). Returns the
-        node it runs on."""
+        (``operator_blob`` is the pickled class). A spare is kept only where a CPU is free
+        for it (``raysgd.driver.spare_plan``), or where the user asked for one. It
+        initialises no CUDA (importing torch does not).
+        Returns the node it runs on."""
         importlib.import_module("raysgd.worker.runner")  # torch and the worker modules
         self._capture_baseline()
         importlib.import_module("torch._dynamo")  # DDP's first construction does (about 1 s)
@@ -66,8 +75,13 @@ class _WorkerActor:
                 "host": ray.util.get_node_ip_address(), "pid": os.getpid(),
                 "devices": self.devices or [str(i) for i in ray.get_gpu_ids()]}
 
-    def start(self, init_hook, runner_kwargs: Dict[str, Any]) -> None:
+    def start(self, init_hook, runner_kwargs: Dict[str, Any],
+              niceness: Optional[int] = None) -> None:
+        """Become a rank: run the hook and set up the runner, at ``niceness`` (the driver's,
+        ``raysgd.worker.priority``; None keeps Ray's)."""
         self.rank = runner_kwargs["rank"].world_rank
+        if niceness is not None:
+            priority.set_niceness(niceness)
         self._capture_baseline()  # taken already unless a spare never finished warming
         # The actor reserves no CPU itself (its bundle does), so Ray set OMP_NUM_THREADS to 1;
         # say what the worker has, for libraries and user code that size thread pools by it.
@@ -84,6 +98,7 @@ class _WorkerActor:
             self.runner.shutdown()
             self.runner = None
         self.rank = -1
+        priority.set_niceness(self.ray_niceness)  # lowering a priority needs no privilege
         if self.baseline is not None:
             self.baseline.restore()
         self._show_devices()  # the baseline predates the device a former spare took
