@@ -36,8 +36,7 @@ class _WorkerActor:
         self.baseline: Optional[Baseline] = None  # taken before any user code runs here
         self.devices: list = []  # a former spare's device ids, taken from a dead rank
         self.ray_niceness = priority.current()  # what Ray started it at; the pool's
-        if niceness is not None:
-            priority.set_niceness(niceness)
+        priority.set_niceness(niceness)
         if not spare:  # a spare takes it in warm() (torch comes with it)
             self._capture_baseline()
 
@@ -80,8 +79,7 @@ class _WorkerActor:
         """Become a rank: run the hook and set up the runner, at ``niceness`` (the driver's,
         ``raysgd.worker.priority``; None keeps Ray's)."""
         self.rank = runner_kwargs["rank"].world_rank
-        if niceness is not None:
-            priority.set_niceness(niceness)
+        priority.set_niceness(niceness)
         self._capture_baseline()  # taken already unless a spare never finished warming
         # The actor reserves no CPU itself (its bundle does), so Ray set OMP_NUM_THREADS to 1;
         # say what the worker has, for libraries and user code that size thread pools by it.

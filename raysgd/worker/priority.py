@@ -11,7 +11,8 @@ ranks' niceness too: a newcomer for a preempted node must be warm by the deadlin
 competes with training as an equal rather than waiting behind it.
 
 Raising a priority needs privilege (root, ``CAP_SYS_NICE`` or a high enough
-``RLIMIT_NICE``); without it a process stays at Ray's and logs why once.
+``RLIMIT_NICE``); without it a process stays at Ray's and logs why. Where the OS has no
+niceness (Windows) nothing is set.
 ``RAYSGD_RANK_NICENESS`` overrides the target: an integer, or ``ray`` to keep Ray's.
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ def rank_niceness() -> Optional[int]:
     """The niceness ranks train at, decided on the driver: ``RAYSGD_RANK_NICENESS`` if set
     (``ray``: None, keep Ray's), else the driver's own."""
     value = os.environ.get(ENV, "").strip()
+    if not hasattr(os, "getpriority"):
+        return None
     if not value:
         return os.getpriority(os.PRIO_PROCESS, 0)
     if value.lower() == KEEP_RAYS:
@@ -46,9 +49,9 @@ def rank_niceness() -> Optional[int]:
     return nice
 
 
-def current() -> int:
+def current() -> Optional[int]:
     """The niceness of the process's main thread (what Ray set; threads may differ)."""
-    return os.getpriority(os.PRIO_PROCESS, os.getpid())
+    return os.getpriority(os.PRIO_PROCESS, os.getpid()) if hasattr(os, "getpriority") else None
 
 
 def _threads() -> List[int]:
@@ -60,9 +63,11 @@ def _threads() -> List[int]:
         return [0]
 
 
-def set_niceness(nice: int) -> bool:
+def set_niceness(nice: Optional[int]) -> bool:
     """Set every thread of this process to ``nice``; False (and a log line) where the OS
-    refuses a raise of priority. Threads that end meanwhile are skipped."""
+    refuses a raise of priority, or has no niceness. Threads that end meanwhile are skipped."""
+    if nice is None or current() is None:
+        return False
     for tid in _threads():
         try:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
