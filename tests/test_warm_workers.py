@@ -113,8 +113,14 @@ def test_a_second_trainers_call_does_not_wait_for_the_first_trainers_commit_requ
 
 
 def thread_niceness(pid: int) -> set:
-    """The niceness of every thread of process ``pid``."""
-    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+    """The niceness of every thread of process ``pid`` (threads that end meanwhile skipped)."""
+    seen = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            seen.add(os.getpriority(os.PRIO_PROCESS, int(tid)))
+        except ProcessLookupError:
+            pass
+    return seen
 
 
 def may_raise_priority_to(nice: int) -> bool:
