@@ -11,8 +11,10 @@ from typing import Optional, Sequence
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's message up to its first line break (for one-line warnings)."""
-    text = str(exc).strip()
+    """An exception's message up to its first line break (for one-line warnings). A Ray
+    task's error gives its cause's: its own first line names only the task."""
+    cause = getattr(exc, "cause", None)
+    text = str(cause if isinstance(cause, BaseException) else exc).strip()
     return text.splitlines()[0] if text else ""
 
 

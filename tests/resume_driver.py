@@ -1,11 +1,14 @@
 """A training script the resume tests run as a driver process (and SIGKILL).
 
     python tests/resume_driver.py --dir RUN_DIR --out WEIGHTS.pt [--epochs 4] [--strategy fsdp]
+                                  [--hang-at STEP]
 
 Trains a small MLP with dropout on shuffled data on 2 workers, writing a disk
 checkpoint every 4 steps, with ``while trainer.epoch < epochs: trainer.train()``,
 then saves rank 0's final weights to ``--out``. Run it again on the same
-``--dir`` and it resumes where the previous run's checkpoints end.
+``--dir`` and it resumes where the previous run's checkpoints end. With ``--hang-at``,
+every rank stops (sleeps) before the batch of that global step, once the step's checkpoint
+is committed: a test kills the driver there, at a point it knows, however slow the machine.
 """
 from __future__ import annotations
 
@@ -41,6 +44,9 @@ class DropoutMLPOperator(TrainingOperator):
                                                    batch_size=config[BATCH_SIZE], shuffle=True))
 
     def train_batch(self, batch, batch_info):
+        hang_at = self.config.get("hang_at")
+        if hang_at is not None and batch_info["global_step"] >= hang_at:
+            time.sleep(3600)  # until the test kills the driver
         time.sleep(self.config.get("step_sleep", 0.0))
         return super().train_batch(batch, batch_info)
 
@@ -51,13 +57,15 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument("--hang-at", type=int, default=None)
     # fsdp: DCP checkpoint directories; fsdp-async: written in the background (GPUs' default)
     parser.add_argument("--strategy", default="ddp")
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     started = time.time()
     trainer = TorchTrainer(DropoutMLPOperator, num_workers=2, use_gpu=False,
-                           config={BATCH_SIZE: 32, "step_sleep": args.step_sleep},
+                           config={BATCH_SIZE: 32, "step_sleep": args.step_sleep,
+                                   "hang_at": args.hang_at},
                            scheduler_step_freq="batch", checkpoint_dir=args.dir,
                            checkpoint_every_n_steps=4, checkpoint_every_n_steps_to_disk=4,
                            strategy=FSDP(async_checkpoints=True)

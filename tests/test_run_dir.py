@@ -210,21 +210,24 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
                                                                 request):
     """The promise: kill -9 the driver, run the script again, same final weights (under
     FSDP from sharded DCP checkpoint directories that every rank wrote, in place or in the
-    background).
-    On S3 the killed driver may die mid-upload: the resume uses the newest complete one."""
+    background), locally and on S3. (A directory a kill cuts short is invisible to the
+    resume: test_storage's test_a_directory_cut_short_is_invisible_and_cleaned_up.)"""
     script = os.path.join(TESTS_DIR, "resume_driver.py")
 
-    def run(run_dir, out, **popen):
+    def run(run_dir, out, *extra):
         return subprocess.Popen([sys.executable, script, "--dir", str(run_dir), "--out", str(out),
-                                 "--strategy", strategy],
+                                 "--strategy", strategy, *extra],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, **popen)
+                                start_new_session=True)
 
     trained = strategy.split("-")[0]  # how shards are written does not change the weights
     plain = None if trained in _PLAIN else run(tmp_path / "plain", tmp_path / "plain.pt")
     killed = request.getfixturevalue("s3_run") if storage == "s3" else tmp_path / "killed"
-    victim = run(killed, tmp_path / "never.pt")
-    seen = _wait_for_mid_epoch_checkpoint(killed, victim)
+    # The victim stops before step 21 (pass 2 of 16-step passes), so the kill lands after
+    # the mid-pass checkpoint of step 20, however slow the machine (a kill timed by watching
+    # the checkpoints could miss it when the writer skipped to a newer commit).
+    victim = run(killed, tmp_path / "never.pt", "--hang-at", str(KILLED_AT))
+    _wait_for_checkpoint(killed, victim, KILLED_AT)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(30)
     _reap_group(victim)
@@ -240,15 +243,16 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
             again.wait(30)
     assert again.returncode == 0, err[-3000:]
     resumed_step = int(err.split("resumed from ")[1].split("step ")[1].split()[0])
-    assert resumed_step >= seen["step"]
-    assert resumed_step % 16, "the kill should land inside a pass; the resume then replays it"
+    assert resumed_step == KILLED_AT  # inside a pass: the resume replays the pass's rest
     got = torch.load(tmp_path / "resumed.pt")
     assert _same(got, _PLAIN[trained])
 
 
-def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -> dict:
-    """Wait until the newest checkpoint is the first one inside pass 2 or later (16 batches
-    per pass, one every 4): even if the next one lands before the kill, it is mid-pass too."""
+KILLED_AT = 20  # a checkpoint every 4 steps, 16 per pass: the first of pass 2
+
+
+def _wait_for_checkpoint(run_dir, process, step: int, timeout_s: float = 120.0) -> None:
+    """Wait until the newest checkpoint in ``run_dir`` is of ``step``."""
     deadline = time.monotonic() + timeout_s
     directory = CheckpointDirectory(open_store(str(run_dir)))
     while time.monotonic() < deadline:
@@ -257,10 +261,10 @@ def _wait_for_mid_epoch_checkpoint(run_dir, process, timeout_s: float = 120.0) -
             entries = json.loads(directory.store.read(INDEX))["checkpoints"]
         except (OSError, ValueError):
             entries = []
-        if entries and entries[-1]["epoch"] >= 1 and entries[-1]["step"] % 16 == 4:
-            return entries[-1]
+        if entries and entries[-1]["step"] == step:
+            return
         time.sleep(0.05)
-    raise AssertionError("no mid-epoch checkpoint appeared")
+    raise AssertionError(f"no checkpoint of step {step} appeared")
 
 
 LINGERING = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")

@@ -74,6 +74,30 @@ def test_staging_keeps_the_newest_steps_and_serves_their_files():
     assert not os.path.exists(staging.root)
 
 
+def test_a_held_step_outlives_keep_newer_steps_until_another_is_held():
+    """The driver's writer holds the step it writes on every rank first: uploading one
+    rank's part to a slow store may take longer than the ranks take to stage KEEP newer
+    steps, and the later ranks' parts of the step must still be there (they were rotated
+    out, and on S3 under load a checkpoint failed with "no staged checkpoint of step 12")."""
+    staging = DiskStaging(DiskSchedule(every_n_steps=2), rank=1)
+    try:
+        staging.stage(2, False, _state(1, 2), _fake_dcp(1))
+        staging.hold(2)
+        for step in range(3, 11):
+            staging.stage(step, False, _state(1, step), _fake_dcp(1))
+        assert sorted(staging._writes) == [2, 6, 8, 10]  # KEEP newest, and the held one
+        assert checkpoint_io.from_bytes(staging.staged_files(2)["raysgd-rank1.pt"])[
+            "global_step"] == 2
+        staging.hold(10)  # the next write: the step before is done with
+        staging.stage(12, False, _state(1, 12), _fake_dcp(1))
+        assert sorted(staging._writes) == [8, 10, 12]
+        assert not os.path.exists(staging._path(2))
+        with pytest.raises(CheckpointError, match=r"no staged checkpoint of step 4 .*\[8, 10, 12\]"):
+            staging.hold(4)
+    finally:
+        staging.close()
+
+
 def test_staging_returns_before_the_shards_are_written_and_serves_them_once_they_are():
     """The training thread only starts the write (DCP's async_save); the driver's fetch, on
     the copies thread, waits for it to finish."""
@@ -164,12 +188,17 @@ class _Rank:
 
     def __init__(self, versions):
         self.versions = list(versions)  # served by the fetch, then by each later check
+        self.calls = []
 
     def staged_files(self, step, by_path, with_version):
+        self.calls.append(("files", step))
         return self.versions.pop(0), {f"__0_{step}.distcp": b"x"}
 
     def staged_version(self, step):
         return self.versions[0]
+
+    def hold_staged(self, step):
+        self.calls.append(("hold", step))
 
 
 class _Group:
@@ -190,6 +219,13 @@ def test_a_fetch_that_a_new_stage_overtook_is_dropped_not_placed():
         next(parts)
     with pytest.raises(StagedCheckpointSuperseded):  # None: being staged again right now
         list(staged_parts(_Group(_Rank([3, None])), 8))
+
+
+def test_every_rank_holds_the_step_before_any_part_is_fetched():
+    rank = _Rank([3, 3])
+    parts = staged_parts(_Group(rank), 8)
+    next(parts)
+    assert rank.calls == [("hold", 8), ("files", 8)]
 
 
 def test_the_writer_tries_a_superseded_fetch_again_at_once_and_quietly(tmp_path, caplog):
@@ -345,3 +381,22 @@ def test_files_named_by_path_stay_readable_until_unpinned():
         assert not any(os.path.exists(path) for path in refs.values())
     finally:
         staging.close()
+
+
+def test_a_ranks_failed_fetch_says_why_not_only_which_task_failed():
+    """Ray's error from the actor begins with the task's name and process; the warning
+    names the rank's own reason (it used to end at "ray::_WorkerActor.staged_files()")."""
+    from ray.exceptions import RayTaskError
+
+    from raysgd.driver.staged import _call
+
+    def fetch(step):
+        try:
+            raise CheckpointError(f"rank 1 has no staged checkpoint of step {step}")
+        except CheckpointError as cause:
+            raise RayTaskError("staged_files", "ray::_WorkerActor.staged_files() (pid=1)\n...",
+                               cause).as_instanceof_cause() from None
+
+    with pytest.raises(CheckpointError, match=r"step 12 could not be fetched \(RayTaskError\("
+                                              r"CheckpointError\): rank 1 has no staged"):
+        _call(12, fetch, 12)

@@ -38,6 +38,7 @@ def staged_parts(group: Any, step: int) -> Iterator[DirBlob]:
     first = len(ranks)
     for rank, actor in enumerate(list(group.actors), start=first):
         ranks.append(_RemoteRank(actor, by_path=group.rank_nodes[rank] == here))
+    _call(step, _hold, ranks, step)  # before any fetch: no rank rotates the step out meanwhile
     served = []
     for rank in ranks:
         version, part = _call(step, rank.staged_files, step)
@@ -68,6 +69,9 @@ class _LocalRank:
     def staged_version(self, step: int) -> Any:
         return self.runner.staged_version(step)
 
+    def hold(self, step: int) -> None:
+        self.runner.hold_staged(step)
+
 
 class _RemoteRank:
     """A rank in a worker process: its actor's ``staging`` thread answers."""
@@ -81,6 +85,16 @@ class _RemoteRank:
 
     def staged_version(self, step: int) -> Any:
         return ray.get(self.actor.staged_version.remote(step), timeout=FETCH_TIMEOUT_S)
+
+    def hold(self, step: int) -> Any:
+        return self.actor.hold_staged.remote(step)  # every rank's at once (see _hold)
+
+
+def _hold(ranks: List[Any], step: int) -> None:
+    """Every rank keeps ``step`` staged until the next write holds another step."""
+    refs = [ref for ref in (rank.hold(step) for rank in ranks) if ref is not None]
+    if refs:  # (a local rank held at once)
+        ray.get(refs, timeout=FETCH_TIMEOUT_S)
 
 
 def _call(step: int, fn: Callable, *args) -> Any:

@@ -159,6 +159,10 @@ class _WorkerActor:
     def staged_version(self, step: int) -> Optional[int]:
         return self.execute_fn(self._staging_runner().staged_version, step)
 
+    @ray.method(concurrency_group="staging")
+    def hold_staged(self, step: int) -> None:
+        return self.execute_fn(self._staging_runner().hold_staged, step)
+
     def _staging_runner(self) -> Any:
         runner = self.runner  # release() may clear it meanwhile
         if runner is None:

@@ -263,6 +263,10 @@ class WorkerRunner(RunnerState):
     def staged_version(self, step: int) -> Optional[int]:
         return self._staging.staged_version(step)
 
+    def hold_staged(self, step: int) -> None:
+        """Keep ``step``'s staged files until the driver's writer holds another step."""
+        self._staging.hold(step)
+
     def restore(self, primary: Dict[str, Any], own: Optional[Dict[str, Any]] = None,
                 *peers: Dict[str, Any]) -> Optional[Dict[str, int]]:
         """Load a commit: rank 0's snapshot, plus this rank's own when the world size is

@@ -6,7 +6,9 @@ ranks write the checkpoint themselves: at each commit the driver's disk rule pic
 shards with DCP (a collective) and its own small part into a local directory, and the
 driver's disk writer fetches the files (``staged_files``, from the actor's ``staging``
 thread) into ``checkpoint_dir``. The newest ``KEEP`` steps stay staged; the driver takes a
-step soon after its commit.
+step soon after its commit, and first ``hold`` s it on every rank: a step being written
+is never rotated out, however slow the storage (one rank's part may take longer to upload
+than the ranks take to stage ``KEEP`` newer steps).
 
 DCP may write the shards in the background (``raysgd.worker.dcp_io.save``; on GPUs by
 default): a staged step is complete once its write is, and ``staged_files`` waits for that
@@ -44,6 +46,9 @@ class NoStaging:
               save_shards: Callable[[str], Any], keep_existing: bool = False) -> None:
         pass
 
+    def hold(self, step: int) -> None:
+        self.staged_files(step)
+
     def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
         raise CheckpointError("this rank stages no disk checkpoints (it runs without "
                               "checkpoint_dir or under a replicated strategy)")
@@ -68,6 +73,7 @@ class DiskStaging:
         self._writes: Dict[int, Tuple[Any, Optional[int]]] = {}
         self._staged = 0  # stages so far
         self._in_progress: Set[int] = set()  # steps being staged (maybe again) right now
+        self._held: Optional[int] = None  # the step the driver writes: kept past KEEP
         self._closed = False
 
     def stage(self, step: int, call_end: bool, state: Dict[str, Any],
@@ -110,8 +116,19 @@ class DiskStaging:
             self._staged += 1
             self._writes[step] = (write, self._staged)
             for old in sorted(self._writes)[:-KEEP]:  # done: one write runs at a time
-                self._writes.pop(old)
-                shutil.rmtree(self._path(old), ignore_errors=True)
+                if old != self._held:
+                    self._writes.pop(old)
+                    shutil.rmtree(self._path(old), ignore_errors=True)
+
+    def hold(self, step: int) -> None:
+        """Keep ``step`` staged, past ``KEEP`` newer steps, until another step is held: the
+        driver's writer holds the step it writes on every rank before it fetches any rank's
+        files (it writes one step at a time, so the one before is done with)."""
+        with self._cond:
+            if step not in self._writes and step not in self._in_progress:
+                raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
+                                      f"{step} (it keeps steps {sorted(self._writes)})")
+            self._held = step
 
     def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
         """The files of ``step`` (their paths with ``by_path``: a reader on this node); with
