@@ -1,4 +1,5 @@
 """Disk checkpoints, resume and loggers on a real trainer (real Ray, real gloo groups)."""
+import contextlib
 import csv
 import json
 import os
@@ -227,7 +228,12 @@ def test_driver_sigkilled_mid_epoch_resumes_to_the_same_weights(tmp_path, strate
     # the mid-pass checkpoint of step 20, however slow the machine (a kill timed by watching
     # the checkpoints could miss it when the writer skipped to a newer commit).
     victim = run(killed, tmp_path / "never.pt", "--hang-at", str(KILLED_AT))
-    _wait_for_checkpoint(killed, victim, KILLED_AT)
+    try:
+        _wait_for_checkpoint(killed, victim, KILLED_AT)
+    except BaseException:  # a hung victim would sleep on for an hour
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(victim.pid, signal.SIGKILL)
+        raise
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(30)
     _reap_group(victim)

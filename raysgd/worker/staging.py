@@ -47,7 +47,7 @@ class NoStaging:
         pass
 
     def hold(self, step: int) -> None:
-        self.staged_files(step)
+        self.staged_files(step)  # refused, as a fetch is
 
     def staged_files(self, step: int, by_path: bool = False) -> DirBlob:
         raise CheckpointError("this rank stages no disk checkpoints (it runs without "
