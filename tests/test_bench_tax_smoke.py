@@ -33,6 +33,7 @@ def test_bench_tax_quick_reports_every_figure(bench_quick):
     for name, cell in document["cells"].items():
         runs, summary = cell["runs"], cell["summary"]
         assert len(runs["raysgd"]) == len(runs["loop"]) == 1, name
+        assert runs["loop_huge"] == [] and summary["like_for_like_ratio"] is None, name
         for kind_runs in runs.values():
             for one in kind_runs:
                 assert one["ok"], f"{name}: {one.get('error')}"
@@ -81,3 +82,18 @@ def test_a_bar_no_cell_of_which_ran_is_not_called_met():
                                       "memory_growth_pss": None}, "runs": {"kill": []}}
     assert {b["figure"]: b["met"] for b in bars(done)}[
         "training-thread time per commit at large ÷ one plain copy"] is False
+
+
+def test_the_like_for_like_ratio_is_against_the_loop_with_huge_pages():
+    from bench.tax.report import cell_summary
+
+    def run(rate):
+        return {"ok": True, "steady_samples_per_s": rate, "epoch_s": [1.0, 1.0],
+                "peak_pss_mib": 1.0, "peak_mem_mib": 1.0}
+
+    runs = {"raysgd": [run(90.0)], "loop": [run(60.0)], "loop_huge": [run(100.0), run(80.0)],
+            "kill": []}
+    summary = cell_summary(runs, None, "ddp", 2)
+    assert summary["steady_ratio"] == 1.5 and summary["like_for_like_ratio"] == 1.0
+    del runs["loop_huge"]  # a JSON of a run before the variant existed
+    assert cell_summary(runs, None, "ddp", 2)["like_for_like_ratio"] is None

@@ -11,6 +11,7 @@ import torch
 from operators_for_tests import LinearOperator, RaisingOperator
 from raysgd import idle_workers, release_idle_workers
 from raysgd.utils import BATCH_SIZE
+from raysgd.worker import huge_pages
 from raysgd.worker.actor import COMMIT_WAIT_S
 
 pytestmark = pytest.mark.timeout(300)
@@ -169,6 +170,46 @@ def test_a_bad_rank_niceness_is_refused_before_any_worker_starts(trainer_factory
     with pytest.raises(ConfigError, match="RAYSGD_RANK_NICENESS='high'"):
         trainer_factory()
     assert idle_workers()["workers"] == 0
+
+
+def faults_filling_64_mib() -> int:
+    """In a rank: the page faults that filling a new 64 MiB tensor takes (16 384 in 4 KiB
+    pages, 32 in huge pages)."""
+    def faults() -> int:
+        with open("/proc/self/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[7])
+    before = faults()
+    torch.empty(16 * 2**20).fill_(1.0)
+    return faults() - before
+
+
+def infos(trainer) -> list:
+    import ray
+    return ray.get([actor.node_info.remote() for actor in trainer._supervisor.group.actors])
+
+
+@pytest.mark.skipif(not huge_pages.kernel_offers(), reason="this kernel has no huge pages")
+def test_ranks_fill_large_tensors_in_huge_pages_unless_the_driver_says_not_to(
+        trainer_factory, monkeypatch):
+    """The default: every rank's torch asks for huge pages (raysgd.worker.huge_pages), so a
+    new 64 MiB tensor takes a few dozen faults, not 16 384. With RAYSGD_HUGE_PAGES=0 the next
+    trainer starts processes of its own (a pooled one keeps its allocator for life) and they
+    fault per 4 KiB page."""
+    release_idle_workers()
+    default = trainer_factory(spare_workers=0)
+    assert [info["huge_pages"] for info in infos(default)] == [True, True]
+    assert max(default.apply_all_workers(faults_filling_64_mib)) < 2048
+    huge_pids = pids(default)
+    default.shutdown()
+    assert idle_workers()["workers"] == 2
+
+    monkeypatch.setenv(huge_pages.ENV, "0")
+    small = trainer_factory(spare_workers=0)
+    assert not set(pids(small)) & set(huge_pids)
+    assert [info["huge_pages"] for info in infos(small)] == [False, False]
+    assert min(small.apply_all_workers(faults_filling_64_mib)) >= 8192
+    small.shutdown()
+    release_idle_workers()
 
 
 class OtherModuleOperator(LinearOperator):

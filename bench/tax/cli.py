@@ -1,8 +1,10 @@
 """``python -m bench.tax [--quick] [--gpu] [--out PATH] [--sizes small,medium,large]
 [--strategies ddp,fsdp] [--repeats N]``: run every cell, print its figures and the bars, save.
 
-Per cell (strategy × size): ``--repeats`` runs of raysgd (``bench.tax.raysgd_run``) and of
-the loop (``bench.tax.loop`` under torchrun), interleaved r, l, r, l, ..., each a fresh
+Per cell (strategy × size): ``--repeats`` runs of raysgd (``bench.tax.raysgd_run``), of
+the loop (``bench.tax.loop`` under torchrun) and, but with ``--quick``, of the loop with
+huge pages as raysgd's ranks have them (``bench.tax.loop_huge``), interleaved r, l, h, r,
+l, h, ..., each a fresh
 process tree whose peak summed PSS and RSS the parent samples; the first raysgd run also
 takes the commit probe. Then one kill run (``bench.recovery.raysgd_kill``: rank 1 SIGKILLed
 mid-epoch; ``--quick``: the small cells only). Before the cells, one process times a plain
@@ -76,6 +78,8 @@ def cell_variants(strategy: str, size: str, gpu: bool) -> Dict[str, Variant]:
                           "bench.tax.raysgd_run", common + ("--num-workers", str(n))),
         "loop": Variant(f"loop {label}", f"torchrun {strategy} loop", "bench.tax.loop",
                         common, torchrun_procs=n),
+        "loop_huge": Variant(f"loop+THP {label}", f"torchrun {strategy} loop, huge pages",
+                             "bench.tax.loop_huge", common, torchrun_procs=n),
         "kill": Variant(f"kill {label}", "raysgd defaults, a rank SIGKILLed",
                         "bench.recovery.raysgd_kill",
                         common + ("--num-workers", str(n))
@@ -136,16 +140,19 @@ def main(argv=None) -> int:
     sizes = [size for size in SIZES if any(size == z for _, z in cells)]
     copies = copy_probe(sizes, mode, args.gpu, args.timeout)
     killed = [cell for cell in cells if not args.quick or cell == QUICK_KILL]
-    total = len(cells) * 2 * repeats + len(killed)
+    # The loop with raysgd's allocator (huge pages) too, except in the CI smoke.
+    timed = ("raysgd", "loop") if args.quick else ("raysgd", "loop", "loop_huge")
+    total = len(cells) * len(timed) * repeats + len(killed)
     done, results = 0, {}
     for strategy, size in cells:
         variants = cell_variants(strategy, size, args.gpu)
-        runs: Dict[str, list] = {"raysgd": [], "loop": [], "kill": []}
+        runs: Dict[str, list] = {"raysgd": [], "loop": [], "loop_huge": [], "kill": []}
         for rep in range(repeats):
             probe = ("--probe",) if rep == 0 else ()
             raysgd = dataclasses.replace(variants["raysgd"], args=variants["raysgd"].args + probe)
-            for kind, variant, figures in (("raysgd", raysgd, TIMED + ("probe",) * bool(probe)),
-                                           ("loop", variants["loop"], TIMED)):
+            for kind in timed:
+                variant, figures = (raysgd, TIMED + ("probe",) * bool(probe)) \
+                    if kind == "raysgd" else (variants[kind], TIMED)
                 done += 1
                 runs[kind].append({"rep": rep, **_one(variant, size, mode, args.timeout,
                                                       figures, f"{done}/{total}")})

@@ -60,6 +60,7 @@ def cell_summary(runs: Dict[str, list], copy: Optional[Dict[str, Any]], strategy
                  ranks: int) -> Dict[str, Any]:
     """The cell's figures from its runs (medians over the good ones) and the copy probe."""
     raysgd, loop, kill = (_ok(runs[kind]) for kind in ("raysgd", "loop", "kill"))
+    loop_huge = _ok(runs.get("loop_huge", []))  # not in the CI smoke
     share = ranks if strategy == "fsdp" else 1
     state = copy["state_bytes"] / share if copy else None
     copy_s = copy["copy_s"].get(str(share)) if copy else None
@@ -70,6 +71,7 @@ def cell_summary(runs: Dict[str, list], copy: Optional[Dict[str, Any]], strategy
         "state_bytes_per_rank": state, "copy_s": copy_s,
         "raysgd_samples_per_s": _median(r["steady_samples_per_s"] for r in raysgd),
         "loop_samples_per_s": _median(r["steady_samples_per_s"] for r in loop),
+        "loop_huge_samples_per_s": _median(r["steady_samples_per_s"] for r in loop_huge),
         "raysgd_epoch_s": _epoch_medians(raysgd), "loop_epoch_s": _epoch_medians(loop),
         "in_epoch_commits_per_run": _median(h["commits"] for h in holds),
         "hold_per_commit_s": hold, "hold_over_copy": _div(hold, copy_s),
@@ -79,6 +81,10 @@ def cell_summary(runs: Dict[str, list], copy: Optional[Dict[str, Any]], strategy
         "kill_to_next_step_s": kill[0]["recovery_s"] if kill else None,
         "spares": _median(r.get("spares") for r in raysgd)}
     out["steady_ratio"] = _div(out["raysgd_samples_per_s"], out["loop_samples_per_s"])
+    # raysgd's ranks allocate in huge pages by default (raysgd.worker.huge_pages); against
+    # the loop doing the same, what is left is the framework's own cost.
+    out["like_for_like_ratio"] = _div(out["raysgd_samples_per_s"],
+                                      out["loop_huge_samples_per_s"])
     for memory, key in (("pss", "peak_pss_mib"), ("rss", "peak_mem_mib")):
         mine, theirs = _median(r[key] for r in raysgd), _median(r[key] for r in loop)
         out[f"raysgd_peak_{memory}_mib"], out[f"loop_peak_{memory}_mib"] = mine, theirs
@@ -145,6 +151,7 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
         s = doc["summary"]
         speed.append([name, doc["ranks"], _fmt(s["raysgd_samples_per_s"], digits=0),
                       _fmt(s["loop_samples_per_s"], digits=0), _fmt(s["steady_ratio"], digits=3),
+                      _fmt(s.get("like_for_like_ratio"), digits=3),
                       _epochs(s["raysgd_epoch_s"]), _epochs(s["loop_epoch_s"])])
         commits.append([name, _fmt(s["state_bytes_per_rank"], 1e-6, 1),
                         _fmt(s["in_epoch_commits_per_run"], digits=0),
@@ -163,7 +170,8 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
                  b["bar"], {True: "yes", False: "NO", None: "n/a"}[b["met"]]] for b in table]
     return "\n\n".join([
         tabulate(speed, headers=["cell", "ranks", "raysgd samples/s", "loop samples/s",
-                                 "raysgd/loop", "raysgd epochs (s)", "loop epochs (s)"]),
+                                 "raysgd/loop", "raysgd/loop+THP", "raysgd epochs (s)",
+                                 "loop epochs (s)"]),
         tabulate(commits, headers=["cell", "state/rank (MB)", "in-epoch commits/run",
                                    "hold/commit (ms)", "plain copy (ms)", "hold ÷ copy",
                                    "CPU/commit ranks (ms)", "CPU/commit tree (ms)"]),

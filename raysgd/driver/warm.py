@@ -31,6 +31,7 @@ from raysgd.config import WorkerSettings
 from raysgd.driver import placement
 from raysgd.driver.pool import POOL, Crew, code_fits, seat
 from raysgd.worker.actor import RemoteWorker
+from raysgd.worker.process_start import ProcessStart
 
 logger = logging.getLogger("raysgd")
 
@@ -42,22 +43,22 @@ SPARE_PROBE_S = 1.0
 
 class BesideBundles:
     """CPU workers: zero-resource actors on their bundles' nodes; the group holds the CPUs.
-    ``niceness``: what its processes run at from their start (``raysgd.worker.priority``)."""
+    ``start``: how its processes run from their start (``raysgd.worker.process_start``)."""
 
     keeps_group = False
 
-    def __init__(self, niceness: Optional[int] = None):
-        self.niceness = niceness
+    def __init__(self, start: ProcessStart = ProcessStart()):
+        self.start = start
 
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         return RemoteWorker.options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(False, self.niceness)
+        ).remote(False, self.start)
 
     def spare(self, node: str):
         # On its planned node exactly: Ray may put a zero-resource actor with soft affinity
         # on any node, the ranks' own included, where a lost node would take it with them.
-        return _spare_on(node, self.niceness)
+        return _spare_on(node, self.start)
 
 
 class InBundles:
@@ -65,36 +66,36 @@ class InBundles:
 
     keeps_group = True
 
-    def __init__(self, gpus_per_worker: float, niceness: Optional[int] = None):
+    def __init__(self, gpus_per_worker: float, start: ProcessStart = ProcessStart()):
         self.gpus = gpus_per_worker
-        self.niceness = niceness
+        self.start = start
 
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
         return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
-                                    scheduling_strategy=strategy).remote(False, self.niceness)
+                                    scheduling_strategy=strategy).remote(False, self.start)
 
     def spare(self, node: str):
         # A spare holds no GPU while idle and starts no CUDA while warming; when it takes a
         # rank it uses the dead rank's device, which the rank's bundle still reserves
         # (_WorkerActor.use_devices).
         # On its node exactly: it can only take a rank there (the device ids are the node's).
-        return _spare_on(node, self.niceness)
+        return _spare_on(node, self.start)
 
 
-def _spare_on(node: str, niceness: Optional[int]):
+def _spare_on(node: str, start: ProcessStart):
     """A spare's process on ``node`` exactly, holding no CPU and no GPU. One whose node died
     before it started fails to start, and the next commit replaces it."""
     strategy = NodeAffinitySchedulingStrategy(node, soft=False)
     return RemoteWorker.options(num_cpus=0, num_gpus=0,
-                                scheduling_strategy=strategy).remote(True, niceness)
+                                scheduling_strategy=strategy).remote(True, start)
 
 
-def residence(settings: WorkerSettings, niceness: Optional[int] = None):
-    """Where this trainer's workers live (decided once, from ``use_gpu``), and the niceness
-    its processes start at."""
-    return InBundles(settings.num_gpus_per_worker, niceness) if settings.use_gpu \
-        else BesideBundles(niceness)
+def residence(settings: WorkerSettings, start: ProcessStart = ProcessStart()):
+    """Where this trainer's workers live (decided once, from ``use_gpu``), and how its
+    processes run from their start."""
+    return InBundles(settings.num_gpus_per_worker, start) if settings.use_gpu \
+        else BesideBundles(start)
 
 
 @dataclass(eq=False)
@@ -186,9 +187,11 @@ def take_crew(key: tuple, spares: int) -> Optional[Tuple[tuple, List[dict]]]:
     return (crew.actors, crew.spares[:spares], crew.group), infos
 
 
-# The key of every idle crew of CPU workers: zero-resource processes, which any CPU trainer
-# can seat on its bundles' nodes, whatever its worker count and resources per worker.
-BESIDE_KEY = ("beside bundles",)
+def beside_key(start: ProcessStart) -> tuple:
+    """The key of idle crews of CPU workers: zero-resource processes, which any CPU trainer
+    can seat on its bundles' nodes, whatever its worker count and resources per worker, if
+    they started with its allocator (niceness is set at every seat)."""
+    return ("beside bundles", start.huge_pages)
 
 
 @dataclass
@@ -201,13 +204,14 @@ class Taken:
     code: Dict[str, tuple]
 
 
-def take_beside(nodes: List[str], spares: int, operator_cls: type) -> Taken:
+def take_beside(nodes: List[str], spares: int, operator_cls: type, key: tuple) -> Taken:
     """Seat idle CPU processes of this driver on ``nodes`` (one per worker), keep up to
     ``spares`` of the others as spares (idle spares first), and give the rest back to the
-    pool. Processes that imported an older version of the operator's module are stopped."""
+    pool. Processes that imported an older version of the operator's module are stopped.
+    ``key``: the trainer's ``beside_key``."""
     session, stamp = placement.ray_session(), code_stamp(operator_cls)
-    POOL.release_idle(lambda crew: crew.key == BESIDE_KEY and not code_fits(crew.code, stamp))
-    crews = POOL.take_all(session, lambda crew: crew.key == BESIDE_KEY)
+    POOL.release_idle(lambda crew: crew.key == key and not code_fits(crew.code, stamp))
+    crews = POOL.take_all(session, lambda crew: crew.key == key)
     code = {name: s for crew in crews for name, s in crew.code.items()}
     answering = _answering([a for crew in crews for a in crew.actors])
     node_of = {id(actor): node for actor, node in answering}
@@ -222,7 +226,7 @@ def take_beside(nodes: List[str], spares: int, operator_cls: type) -> Taken:
         more, left = left[:spares - len(kept)], left[spares - len(kept):]
         kept += [Spare(actor, actor.warm.remote(blob), node_of[id(actor)]) for actor in more]
     if left or extra:
-        POOL.give(Crew(session, BESIDE_KEY, left, extra, None, code=dict(code),
+        POOL.give(Crew(session, key, left, extra, None, code=dict(code),
                        stop=stop_crew))
     reused = sum(actor is not None for actor in seated)
     if reused or kept:

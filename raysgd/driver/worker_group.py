@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -41,7 +41,7 @@ from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit
 from raysgd.worker.actor import COMMIT_WAIT_S
-from raysgd.worker import priority
+from raysgd.worker.process_start import ProcessStart
 from raysgd.worker.distributed import local_ranks
 from raysgd.worker.runner import WorkerRunner
 
@@ -73,8 +73,9 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         self.local_runner: Optional[WorkerRunner] = None
         self.actors: List[Any] = []
         self.warm = warm
-        self._niceness = priority.rank_niceness()  # what ranks train at (the driver's)
-        self.residence = warm_processes.residence(settings, self._niceness)
+        # The ranks' niceness (the driver's) and allocator; a bad setting raises here.
+        self._process_start = ProcessStart.decide()
+        self.residence = warm_processes.residence(settings, self._process_start)
         self.spares: List[warm_processes.Spare] = []  # warm processes for dead ranks' places
         self.reservation = reservation
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
@@ -147,7 +148,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
             if not self.warm.reuse:
                 return infos + self._start([None] * len(nodes), nodes)
             taken = warm_processes.take_beside(nodes, spare_plan.most(self.warm.spares),
-                                               self.operator_cls)
+                                               self.operator_cls, self._crew_key())
             self.spares, self._code = taken.spares, taken.code
             return infos + self._start(taken.seated, nodes)
         adopted = warm_processes.take_crew(self._crew_key(), spare_plan.most(self.warm.spares)) \
@@ -173,13 +174,15 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     # ------------------------------------------------------------ warm pool
     def _crew_key(self) -> tuple:
-        """CPU workers serve any CPU trainer; a GPU crew, only one of its shape and code."""
+        """CPU workers serve any CPU trainer; a GPU crew, only one of its shape and code;
+        either, only one whose processes start as its own (their allocator is for life)."""
         if not self.residence.keeps_group:
-            return warm_processes.BESIDE_KEY
+            return warm_processes.beside_key(self._process_start)
         where = (self.placement_strategy,) if self.reservation is None else \
             (self.reservation.group.id, self.reservation.first_bundle)
         return (tuple(sorted(self._bundle().items())), self.num_remote, self.workers_per_bundle,
-                where, warm_processes.code_stamp(self.operator_cls))
+                where, warm_processes.code_stamp(self.operator_cls),
+                self._process_start.huge_pages)
 
     def _hand_to_pool(self) -> bool:
         """Reset every worker and give them to the pool; False when one would not reset."""
@@ -262,7 +265,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         remote_extra = {"num_threads": max(1, int(self.settings.num_cpus_per_worker)),
                         "commit_wait_s": COMMIT_WAIT_S, "commit_views": True}
         refs = [actor.start.remote(self.initialization_hook, {**kw, **remote_extra},
-                                   self._niceness)
+                                   self._process_start.niceness)
                 for actor, kw in zip(self.actors, remote_kwargs)]
         if self.use_local:
             if self.initialization_hook:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 import ray
 
 from raysgd.worker import priority
+from raysgd.worker.process_start import ProcessStart
 
 if TYPE_CHECKING:
     from raysgd.worker.process_state import Baseline
@@ -26,17 +27,18 @@ COPY_WAIT_S = 300.0  # a peer's copy of a commit gives up after this
 class _WorkerActor:
     """Thin actor around a :class:`WorkerRunner`; tags errors with the rank."""
 
-    def __init__(self, spare: bool = False, niceness: Optional[int] = None):
-        """A process a trainer started (as a rank or a ``spare``) runs at ``niceness`` from
-        here on, the ranks' (``raysgd.worker.priority``): a newcomer or spare warming up
-        beside training then competes with it as an equal, as the ranks do with the driver and
-        Ray's daemons. None keeps Ray's."""
+    def __init__(self, spare: bool = False, start: ProcessStart = ProcessStart()):
+        """A process a trainer started (as a rank or a ``spare``) runs as ``start`` says from
+        here on, as the ranks do: at their niceness (``raysgd.worker.priority``; a newcomer or
+        spare warming up beside training then competes with it as an equal, as the ranks do
+        with the driver and Ray's daemons), and with huge pages for large tensors where asked
+        (``raysgd.worker.huge_pages``: before anything here imports torch)."""
         self.runner: Optional[WorkerRunner] = None
         self.rank = -1
         self.baseline: Optional[Baseline] = None  # taken before any user code runs here
         self.devices: list = []  # a former spare's device ids, taken from a dead rank
         self.ray_niceness = priority.current()  # what Ray started it at; the pool's
-        priority.set_niceness(niceness)
+        self.huge_pages = start.apply()
         if not spare:  # a spare takes it in warm() (torch comes with it)
             self._capture_baseline()
 
@@ -72,7 +74,8 @@ class _WorkerActor:
     def node_info(self) -> Dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "host": ray.util.get_node_ip_address(), "pid": os.getpid(),
-                "devices": self.devices or [str(i) for i in ray.get_gpu_ids()]}
+                "devices": self.devices or [str(i) for i in ray.get_gpu_ids()],
+                "huge_pages": self.huge_pages}
 
     def start(self, init_hook, runner_kwargs: Dict[str, Any],
               niceness: Optional[int] = None) -> None:
