@@ -120,14 +120,17 @@ class DiskStaging:
                     self._writes.pop(old)
                     shutil.rmtree(self._path(old), ignore_errors=True)
 
+    def _missing(self, step: int) -> CheckpointError:
+        return CheckpointError(f"rank {self.rank} has no staged checkpoint of step {step} "
+                               f"(it keeps steps {sorted(self._writes)})")
+
     def hold(self, step: int) -> None:
         """Keep ``step`` staged, past ``KEEP`` newer steps, until another step is held: the
         driver's writer holds the step it writes on every rank before it fetches any rank's
         files (it writes one step at a time, so the one before is done with)."""
         with self._cond:
             if step not in self._writes and step not in self._in_progress:
-                raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
-                                      f"{step} (it keeps steps {sorted(self._writes)})")
+                raise self._missing(step)
             self._held = step
 
     def staged_files(self, step: int, by_path: bool = False, with_version: bool = False) -> Any:
@@ -148,8 +151,7 @@ class DiskStaging:
                                           f"over {READ_WAIT_S:.0f} s; its checkpoint is skipped")
                 write, version = self._writes.get(step, NO_WRITE)
                 if write is None:
-                    raise CheckpointError(f"rank {self.rank} has no staged checkpoint of step "
-                                          f"{step} (it keeps steps {sorted(self._writes)})")
+                    raise self._missing(step)
             try:
                 _wait(write)  # the shards' write may still run: here, on the staging thread
             except Exception:
