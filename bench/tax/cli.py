@@ -2,13 +2,12 @@
 [--strategies ddp,fsdp] [--repeats N]``: run every cell, print its figures and the bars, save.
 
 Per cell (strategy × size): ``--repeats`` runs of raysgd (``bench.tax.raysgd_run``), of
-the loop (``bench.tax.loop`` under torchrun) and, but with ``--quick``, of the loop with
-huge pages as raysgd's ranks have them (``bench.tax.loop_huge``), interleaved r, l, h, r,
-l, h, ..., each a fresh
-process tree whose peak summed PSS and RSS the parent samples; the first raysgd run also
-takes the commit probe. Then one kill run (``bench.recovery.raysgd_kill``: rank 1 SIGKILLed
-mid-epoch; ``--quick``: the small cells only). Before the cells, one process times a plain
-copy of one rank's state per size (``bench.tax.copy_probe``).
+the loop (``bench.tax.loop`` under torchrun) and (not with ``--quick``) of the loop with huge
+pages as raysgd's ranks have them (``bench.tax.loop_huge``), interleaved r, l, h, r, l, h,
+..., each a fresh process tree whose peak summed PSS and RSS the parent samples; the first
+raysgd run also takes the commit probe. Then one kill run (``bench.recovery.raysgd_kill``:
+rank 1 SIGKILLed mid-epoch; ``--quick``: the small cells only). Before the cells, one process
+times a plain copy of one rank's state per size (``bench.tax.copy_probe``).
 """
 from __future__ import annotations
 

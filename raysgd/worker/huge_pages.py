@@ -6,8 +6,9 @@ gradients and (under FSDP) gathered parameters anew, 4 KiB at a time. On CPU tha
 of a large model's step: FSDP with a 1.6 GB state spends about 75 % of its CPU in the
 kernel, and a 256 MB tensor takes 65 536 faults. torch can instead ask for transparent
 huge pages (2 MiB each, 512 times fewer faults) when ``THP_MEM_ALLOC_ENABLE=1`` is in its
-process's environment at its first allocation; on this project's CPU benchmark that halves
-FSDP's step at 1.6 GB (``bench/README.md``, "Tax benchmark").
+process's environment at its first allocation; on this project's CPU benchmark FSDP at a
+1.6 GB state then runs 1.7 x as fast as a torchrun loop without them (``bench/README.md``,
+"Tax benchmark").
 
 So a process a trainer starts sets it before anything imports torch (:func:`enable`, from
 the actor's constructor), where the node's kernel offers huge pages on request
