@@ -52,19 +52,25 @@ class HealthMonitor:
         return time.time() - (self.clock() - min(answered))
 
     def stalled(self) -> List[RankFailure]:
-        """Ranks idle longer than ``timeout_s``, or whose health check went unanswered."""
-        now, out = self.clock(), []
+        """Ranks idle longer than ``timeout_s``, or whose health check went unanswered; once
+        one is, also every rank idle for over half of ``timeout_s``. A hung rank holds the
+        others up in their next collective moments later, and which of them crosses the
+        timeout first is a race (the hung one may have started its step last), so the
+        error names every rank stuck with it and where each is."""
+        now, out, idle = self.clock(), [], {}
         for rank in range(self.world_size):
             report = self.reports.get(rank)
             asked = self._asked.get(rank)
             if asked is not None and now - asked > self.timeout_s:
                 out.append(RankFailure(rank, TimeoutError(
                     f"health check unanswered for {now - asked:.1f}s")))
-            elif report is not None and report["idle_s"] > self.timeout_s:
-                out.append(RankFailure(rank, TimeoutError(
-                    f"no progress for {report['idle_s']:.1f}s (timeout_s={self.timeout_s:g}); "
-                    f"at {report.get('where', '?')}")))
-        return out
+            elif report is not None and report["idle_s"] > self.timeout_s / 2:
+                idle[rank] = report
+        if out or any(report["idle_s"] > self.timeout_s for report in idle.values()):
+            out += [RankFailure(rank, TimeoutError(
+                f"no progress for {report['idle_s']:.1f}s (timeout_s={self.timeout_s:g}); "
+                f"at {report.get('where', '?')}")) for rank, report in idle.items()]
+        return sorted(out, key=lambda failure: failure.rank)
 
     def hang_error(self) -> Optional[WorkerHangError]:
         stalled = self.stalled()
