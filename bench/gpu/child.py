@@ -66,8 +66,9 @@ WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchr
 
 
 def profiled(run: Callable[[], Any], device: torch.device, steps: int) -> Dict[str, Any]:
-    """``run`` (``steps`` steps) under torch.profiler: per step, the calls in ``WAITS``, the GPU
-    kernels' busy time against the wall, and the CPU ops that took longest in all."""
+    """``run`` (``steps`` steps) under torch.profiler: per step, the calls in ``WAITS`` (count and
+    CPU time), the GPU kernels' busy time against the wall, the CPU ops that took longest in all
+    and the kernels that took longest (ms and launches per step)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -80,13 +81,26 @@ def profiled(run: Callable[[], Any], device: torch.device, steps: int) -> Dict[s
         sync(device)
         wall = time.perf_counter() - start
     averages = prof.key_averages()
-    device_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in averages
-                    if str(getattr(e, "device_type", "")).endswith("CUDA"))
+    kernels = [e for e in averages if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    device_us = sum(_device_us(e) for e in kernels)
     top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+    # The kernels by name: a kernel only one side launches is work that side adds.
+    top_gpu = sorted(kernels, key=_device_us, reverse=True)[:15]
     return {"steps": steps, "wall_ms_per_step": wall * 1e3 / steps,
             "gpu_busy_ms_per_step": device_us / 1e3 / steps,
+            "kernels_per_step": sum(e.count for e in kernels) / steps,
             "waits_per_step": {e.key: e.count / steps for e in averages if e.key in WAITS},
-            "top_cpu_ms_per_step": {e.key: e.self_cpu_time_total / 1e3 / steps for e in top}}
+            "wait_ms_per_step": {e.key: e.self_cpu_time_total / 1e3 / steps
+                                 for e in averages if e.key in WAITS},
+            "top_cpu_ms_per_step": {e.key: e.self_cpu_time_total / 1e3 / steps for e in top},
+            "top_gpu": {e.key[:90]: [round(_device_us(e) / 1e3 / steps, 3), e.count / steps]
+                        for e in top_gpu}}
+
+
+def _device_us(event: Any) -> float:
+    """An event's own time on the device (the attribute's name changed in torch 2.4)."""
+    return (getattr(event, "self_device_time_total", None)
+            or getattr(event, "self_cuda_time_total", 0) or 0)
 
 
 def device_name(device: torch.device) -> str:
