@@ -212,6 +212,52 @@ def test_ranks_fill_large_tensors_in_huge_pages_unless_the_driver_says_not_to(
     release_idle_workers()
 
 
+def malloc_arenas() -> tuple:
+    """In a worker: its ``MALLOC_ARENA_MAX`` and how many malloc arenas glibc has made (from
+    ``malloc_stats``, which writes to file descriptor 2)."""
+    import ctypes
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            ctypes.CDLL(None).malloc_stats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        stats = out.read().decode()
+    return os.environ.get("MALLOC_ARENA_MAX"), stats.count("Arena ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's arenas")
+def test_ranks_start_with_one_malloc_arena_unless_the_driver_says_not_to(
+        trainer_factory, monkeypatch):
+    """The default: every rank's process starts with MALLOC_ARENA_MAX=1 (raysgd.worker.
+    malloc_arena), so its training thread, one of Ray's, shares the main arena: glibc has
+    made one arena however many threads allocated. With RAYSGD_ONE_ARENA=0 the next trainer
+    starts processes of its own (a pooled one keeps its arenas for life), with an arena per
+    thread."""
+    release_idle_workers()
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    default = trainer_factory(spare_workers=0)
+    default.train(num_steps=2)
+    assert default.apply_all_workers(malloc_arenas) == [("1", 1), ("1", 1)]
+    one_arena_pids = pids(default)
+    default.shutdown()
+
+    monkeypatch.setenv("RAYSGD_ONE_ARENA", "0")
+    plain = trainer_factory(spare_workers=0)
+    plain.train(num_steps=2)
+    assert not set(pids(plain)) & set(one_arena_pids)
+    arenas = plain.apply_all_workers(malloc_arenas)
+    assert [env for env, _ in arenas] == [None, None]
+    assert min(count for _, count in arenas) > 1
+    plain.shutdown()
+    release_idle_workers()
+
+
 class OtherModuleOperator(LinearOperator):
     """An operator of another module (this one) than the pooled processes ran before."""
 

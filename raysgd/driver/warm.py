@@ -52,8 +52,8 @@ class BesideBundles:
 
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         return RemoteWorker.options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(False, self.start)
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            **self.start.actor_options()).remote(False, self.start)
 
     def spare(self, node: str):
         # On its planned node exactly: Ray may put a zero-resource actor with soft affinity
@@ -73,7 +73,8 @@ class InBundles:
     def actor(self, group: Any, index: int, bundle: Dict[str, float], node: str):
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
         return RemoteWorker.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
-                                    scheduling_strategy=strategy).remote(False, self.start)
+                                    scheduling_strategy=strategy,
+                                    **self.start.actor_options()).remote(False, self.start)
 
     def spare(self, node: str):
         # A spare holds no GPU while idle and starts no CUDA while warming; when it takes a
@@ -87,8 +88,8 @@ def _spare_on(node: str, start: ProcessStart):
     """A spare's process on ``node`` exactly, holding no CPU and no GPU. One whose node died
     before it started fails to start, and the next commit replaces it."""
     strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-    return RemoteWorker.options(num_cpus=0, num_gpus=0,
-                                scheduling_strategy=strategy).remote(True, start)
+    return RemoteWorker.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy,
+                                **start.actor_options()).remote(True, start)
 
 
 def residence(settings: WorkerSettings, start: ProcessStart = ProcessStart()):
@@ -191,7 +192,7 @@ def beside_key(start: ProcessStart) -> tuple:
     """The key of idle crews of CPU workers: zero-resource processes, which any CPU trainer
     can seat on its bundles' nodes, whatever its worker count and resources per worker, if
     they started with its allocator (niceness is set at every seat)."""
-    return ("beside bundles", start.huge_pages)
+    return ("beside bundles", start.allocator())
 
 
 @dataclass

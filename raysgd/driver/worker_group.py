@@ -182,7 +182,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
             (self.reservation.group.id, self.reservation.first_bundle)
         return (tuple(sorted(self._bundle().items())), self.num_remote, self.workers_per_bundle,
                 where, warm_processes.code_stamp(self.operator_cls),
-                self._process_start.huge_pages)
+                self._process_start.allocator())
 
     def _hand_to_pool(self) -> bool:
         """Reset every worker and give them to the pool; False when one would not reset."""

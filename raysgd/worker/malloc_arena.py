@@ -1,0 +1,46 @@
+"""One glibc malloc arena for a rank's process; no torch and no Ray here.
+
+Ray runs an actor's methods on threads of its own, never on the process's main thread, and
+glibc gives such a thread a malloc arena of its own. Such an arena grows in heaps of at most
+64 MiB and unmaps a heap as soon as it empties, where the main arena (a torchrun rank's, a
+hand-written loop's) keeps what it freed, up to a threshold that grows with the largest
+blocks it sees. A training step allocates and frees the same tensors under 2 MiB (above that
+torch maps its own memory, in huge pages: ``raysgd.worker.huge_pages``) at every step, so a
+thread's arena makes the kernel fault in and zero their pages again each time. Measured on
+the tax benchmark's fsdp/medium cell (``bench/README.md``, "Tax benchmark"): the
+hand-written loop moved onto a thread fell from 539-560 to 516-533 samples/s, and raysgd
+rose from 495-524 to 560-568 with one arena.
+
+glibc reads ``MALLOC_ARENA_MAX`` once, when the process starts, so the variable travels in
+the actor's ``runtime_env`` (:func:`env_vars`): with ``MALLOC_ARENA_MAX=1`` every thread
+shares the main arena. Decided once on the driver: ``RAYSGD_ONE_ARENA=0`` turns it off, and
+a ``MALLOC_ARENA_MAX`` already in the driver's environment is the user's own choice, so the
+workers' is left as Ray gives it. Other C libraries ignore the variable.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Mapping, Optional
+
+from raysgd.errors import ConfigError
+
+ENV = "RAYSGD_ONE_ARENA"
+GLIBC_ENV = "MALLOC_ARENA_MAX"  # read by glibc's malloc once, at the process's start
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def wanted(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether ranks start with one malloc arena, decided on the driver: yes unless
+    ``RAYSGD_ONE_ARENA`` says no or the driver's environment sets ``MALLOC_ARENA_MAX``; a
+    value that is neither yes nor no raises ``ConfigError``."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENV, "").strip().lower()
+    if value and value not in _ON + _OFF:
+        raise ConfigError(f"{ENV}={environ[ENV]!r}: use 1 to start ranks with one malloc "
+                          "arena (the default) or 0 to keep glibc's arena per thread.")
+    return value not in _OFF and GLIBC_ENV not in environ
+
+
+def env_vars(one_arena: bool) -> Dict[str, str]:
+    """The variables a rank's process starts with for this setting."""
+    return {GLIBC_ENV: "1"} if one_arena else {}
