@@ -6,6 +6,9 @@
 # carried dependencies. Steps, each under its own time limit so a hang costs only its step:
 #   tests     the GPU tests (tests/test_gpu.py);
 #   copy      a commit's copy to host memory, pageable against pinned (bench.gpu.commit_copy);
+#   pinning   what would take the first commits' pinning off the training thread: per-tensor
+#             blocks, one slab per commit, slabs pinned ahead, torch's multi-threaded pinning,
+#             and whether pinning on another thread holds a training loop up (bench.gpu.pinning);
 #   profile   raysgd's fp16 step (its own train_batch, and a LightningModule's) and the loop's
 #             under torch.profiler (what the CPU waits for);
 #   bench_gpu ResNet-50 fp16/bf16 against a hand-written torch.amp loop (make bench-gpu's),
@@ -67,6 +70,7 @@ PY
 # one call (10 minutes at most); calls while the machine is warm cost no new start.
 #
 # STEPS OWED (issue 50), in order; take them off as they run:
+#   0. pinning (about 3 minutes, estimated): which fix closes the first commits' cost;
 #   1. bench_gpu and fsdp_gpu again once the first commits stop pinning new host memory on
 #      the training thread (bench/README "Where the GPU tax goes"), GPU_REPEATS=2;
 #   2. tax_gpu (never run: its duration on a GPU is unknown; give it a call of its own);
@@ -77,6 +81,11 @@ want tests && step tests "${GPU_TESTS_S:-240}" $PY -m pytest -v -rs -p no:cachep
   --durations=0 --timeout 150 tests/test_gpu.py
 want copy && step copy "${GPU_COPY_S:-90}" bash -c \
   "$PY -m bench.gpu.commit_copy --state resnet50 && $PY -m bench.gpu.commit_copy --state mlp"
+REGISTER=pinned_use_cuda_host_register:True,pinned_num_register_threads:8
+want pinning && step pinning "${GPU_PINNING_S:-300}" bash -c "for s in resnet50 mlp; do \
+  for w in per_tensor slab prepinned background; do $PY -m bench.gpu.pinning --way \$w \
+  --state \$s || exit; done; PYTORCH_CUDA_ALLOC_CONF=$REGISTER $PY -m bench.gpu.pinning \
+  --way per_tensor --state \$s || exit; done"
 want profile && step profile "${GPU_PROFILE_S:-150}" bash -c "for v in raysgd_amp \
   raysgd_lightning loop_amp; do $PY -m bench.gpu.\$v --precision fp16 --warmup 10 --steps 30 \
   --profile-steps 20 || exit; done"

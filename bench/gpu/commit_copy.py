@@ -23,7 +23,9 @@ from bench.child import emit
 from bench.fsdp.model import tensor_bytes
 
 
-def _state(kind: str, device: torch.device):
+def training_state(kind: str, device: torch.device):
+    """A rank's state after one optimizer step on ``device``: ResNet-50 with SGD momentum, or
+    the FSDP benchmark's GPU MLP with Adam (``models`` and ``optimizers``, as commits hold)."""
     if kind == "resnet50":
         from bench.gpu.models import resnet50
         model = resnet50(1000).to(device)
@@ -54,7 +56,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("python -m bench.gpu.commit_copy needs CUDA")
     device = torch.device("cuda", 0)
-    state = _state(args.state, device)
+    state = training_state(args.state, device)
     ways = {"pageable": _pageable, "pinned": host_copies}
     held = {name: collections.deque(maxlen=2) for name in ways}
     times = {name: [] for name in ways}
