@@ -29,26 +29,20 @@ import logging
 import os
 import sys
 
-from raysgd.errors import ConfigError
+from raysgd.worker.env_switch import switch
 
 logger = logging.getLogger("raysgd")
 
 ENV = "RAYSGD_HUGE_PAGES"
 TORCH_ENV = "THP_MEM_ALLOC_ENABLE"  # read by torch's CPU allocator once, at its first use
 KERNEL_SWITCH = "/sys/kernel/mm/transparent_hugepage/enabled"
-_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
 
 
 def wanted() -> bool:
     """Whether ranks ask for huge pages, decided on the driver: on unless
     ``RAYSGD_HUGE_PAGES`` says off; a value that is neither raises ``ConfigError``."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if not value or value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ConfigError(f"{ENV}={os.environ[ENV]!r}: use 1 to let ranks allocate large CPU "
-                      "tensors in huge pages (the default) or 0 to keep 4 KiB pages.")
+    return switch(os.environ, ENV, on="let ranks allocate large CPU tensors in huge pages",
+                  off="keep 4 KiB pages")
 
 
 def kernel_mode(switch_text: str) -> str:

@@ -22,11 +22,10 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional
 
-from raysgd.errors import ConfigError
+from raysgd.worker.env_switch import switch
 
 ENV = "RAYSGD_ONE_ARENA"
 GLIBC_ENV = "MALLOC_ARENA_MAX"  # read by glibc's malloc once, at the process's start
-_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
 
 
 def wanted(environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -34,11 +33,9 @@ def wanted(environ: Optional[Mapping[str, str]] = None) -> bool:
     ``RAYSGD_ONE_ARENA`` says no or the driver's environment sets ``MALLOC_ARENA_MAX``; a
     value that is neither yes nor no raises ``ConfigError``."""
     environ = os.environ if environ is None else environ
-    value = environ.get(ENV, "").strip().lower()
-    if value and value not in _ON + _OFF:
-        raise ConfigError(f"{ENV}={environ[ENV]!r}: use 1 to start ranks with one malloc "
-                          "arena (the default) or 0 to keep glibc's arena per thread.")
-    return value not in _OFF and GLIBC_ENV not in environ
+    wants = switch(environ, ENV, on="start ranks with one malloc arena",
+                   off="keep glibc's arena per thread")
+    return wants and GLIBC_ENV not in environ
 
 
 def env_vars(one_arena: bool) -> Dict[str, str]:
