@@ -10,7 +10,8 @@ from raysgd.driver.slabs import CommitSlabs
 from raysgd.errors import CheckpointError, SlabCommitLost
 from raysgd.state.commit import Commit
 from raysgd.state.commit_files import CommitFiles
-from raysgd.state.packing import PackedTensor, own_copies, unpack_tensors, verify_packed
+from raysgd.state.packing import (PackedTensor, own_copies, pack_tensors, unpack_tensors,
+                                  verify_packed)
 from raysgd.state.slab import SlabTarget, SlabTensor, machine_id
 from raysgd.storage.store import LocalStore
 from raysgd.worker.slab_writer import SlabWriter
@@ -105,17 +106,62 @@ def test_a_descriptor_that_is_no_slab_or_another_machines_is_never_written(slabs
 
 def test_two_slots_never_overwrite_a_commit_the_driver_holds(slabs):
     nodes = ["n1", "n1", "n2"]
-    version, targets = slabs.targets(nodes, [], here="n1")
-    assert version == 1 and targets[2] is None and targets[0].fd != targets[1].fd
-    held = Commit(0, 0, 3, slab_version=version)
-    second, targets2 = slabs.targets(nodes, [held, None], here="n1")
-    assert targets2[0].fd != targets[0].fd  # the other slot: the held one stays
-    both = Commit(0, 0, 3, slab_version=second)
-    assert slabs.targets(nodes, [held, both], here="n1") == (None, [None] * 3)
-    # a commit in Ray's store (slab_version None) holds no slot
-    third, targets3 = slabs.targets(nodes, [both, Commit(0, 0, 3)], here="n1")
-    assert third == 3 and targets3[0].fd == targets[0].fd
-    assert slabs.targets(["n2"], [], here="n1") == (None, [None])  # no rank on the driver's node
+    first = slabs.targets(nodes, [], here="n1")
+    assert first[2] is None and first[0].fd != first[1].fd  # a slab per rank on the node
+    assert first[0].version != first[1].version  # every named slab has a version of its own
+    for rank in (0, 1):
+        slabs.consumed(rank, first[rank].version)
+    held = Commit(0, 0, 3, slab_versions=(first[0].version, first[1].version), slab_ranks=(0, 1))
+    second = slabs.targets(nodes, [held, None], here="n1")
+    assert second[0].fd not in (first[0].fd,) and second[1].fd != first[1].fd  # the other slot
+    for rank in (0, 1):
+        slabs.consumed(rank, second[rank].version)
+    both = Commit(0, 0, 3, slab_versions=(second[0].version, second[1].version))
+    assert slabs.targets(nodes, [held, both], here="n1") == [None] * 3
+    # a commit in Ray's store (no slab versions) holds no slot
+    third = slabs.targets(nodes, [both, Commit(0, 0, 3)], here="n1")
+    assert third[0].fd == first[0].fd
+    assert slabs.targets(["n2"], [], here="n1") == [None]  # no rank on the driver's node
+
+
+def test_a_rank_keeps_its_named_slab_until_its_commit_uses_it_up(slabs):
+    nodes = ["n1", "n1"]
+    named = slabs.targets(nodes, [], here="n1", processes=["a", "b"])
+    # named again before any commit used it: the rank keeps the one it has
+    assert slabs.targets(nodes, [], here="n1", processes=["a", "b"]) == [None, None]
+    slabs.consumed(0, named[0].version + 100)  # another version: not the one named
+    assert slabs.targets(nodes, [], here="n1", processes=["a", "b"], ranks=[0]) == [None, None]
+    slabs.consumed(0, named[0].version)
+    again = slabs.targets(nodes, [], here="n1", processes=["a", "b"], ranks=[0])
+    assert again[1] is None and again[0] is not None
+    # a new process in rank 1's place has no slab named: it gets one
+    fresh = slabs.targets(nodes, [], here="n1", processes=["a", "c"])
+    assert fresh[0] is None and fresh[1] is not None
+    slabs.forget()  # a new group: every runner is new
+    assert all(slabs.targets(nodes, [], here="n1", processes=["a", "c"]))
+
+
+def test_the_parts_of_a_commit_being_assembled_keep_their_slots(slabs):
+    named = slabs.targets(["n1"], [], here="n1")[0]
+    slabs.consumed(0, named.version)  # its part arrived; the other ranks' have not
+    other = slabs.targets(["n1"], [], here="n1", needed=[named.version])[0]
+    assert other.fd != named.fd
+    slabs.consumed(0, other.version)
+    assert slabs.targets(["n1"], [], here="n1", needed=[named.version, other.version]) == [None]
+
+
+def test_a_named_slab_waits_on_the_writer_for_a_commit_large_enough(slabs):
+    writer = SlabWriter(min_bytes=1024)
+    writer.offer(_target(slabs, 4))
+    small, version, wrote = writer.write_pending(pack_tensors({"w": torch.zeros(4)}))
+    assert (version, wrote) == (None, False)  # a small part leaves the slab named
+    writer.offer(None)  # a request naming none keeps it
+    big, version, wrote = writer.write_pending(pack_tensors(_state(2.0)))
+    assert (version, wrote) == (4, True)
+    assert float(unpack_tensors(big)["model"]["w"][0, 0]) == 2.0
+    _, version, wrote = writer.write_pending(pack_tensors(_state(3.0)))
+    assert (version, wrote) == (None, False)  # used up: the next one goes to Ray's store
+    writer.close()
 
 
 def test_closing_frees_the_slabs_and_a_reused_descriptor_is_told_apart(slabs):
@@ -150,7 +196,7 @@ def test_the_disk_writer_never_places_a_checkpoint_read_from_an_overwritten_slab
     files = CommitFiles(lambda refs: [{"step": 3, "call_done": 0, "world_size": 1,
                                        "state": snap, "meters": None}])
     with pytest.raises(CheckpointError, match="overwritten"):
-        files.content(Commit(3, 0, 1, [object()], slab_version=1), {"step": 3}, store)
+        files.content(Commit(3, 0, 1, [object()], slab_versions=(1,)), {"step": 3}, store)
     staging = store.staging_dir()
     assert not [name for name in os.listdir(staging) if name.startswith(".tmp-")]
     writer.close()

@@ -33,7 +33,7 @@ def _fail_next_step_on(trainer, ranks) -> None:
 def test_a_user_error_rolls_back_to_the_slab_commit_bitwise(trainer_factory):
     trainer = trainer_factory(WideOperator, config=CONFIG)
     trainer.train()
-    assert trainer._supervisor.commit.slab_version is not None  # the call-end commit's slab
+    assert trainer._supervisor.commit.slab_versions  # the call-end commit's slab
     _fail_next_step_on(trainer, (1,))  # rank 0 waits in the all-reduce: the group restarts
     before = _weights(trainer)
     with pytest.raises(KeyError, match="missing-key"):
@@ -42,7 +42,27 @@ def test_a_user_error_rolls_back_to_the_slab_commit_bitwise(trainer_factory):
     assert trainer.recovery_stats.user_errors == 1
     trainer.apply_all_operators(lambda op: setattr(op, "fail_ranks", ()))
     trainer.train()  # the slab of the commit restored is not the one the next commit takes
-    assert trainer._supervisor.commit.slab_version is not None
+    assert trainer._supervisor.commit.slab_versions
+
+
+def test_in_epoch_commits_go_to_slabs_and_a_user_error_rolls_back_to_one_bitwise(
+        trainer_factory):
+    clean = trainer_factory(WideOperator, config=CONFIG, checkpoint_every_n_steps=2)
+    clean.train(num_steps=4)
+    expected = _weights(clean)
+    clean.shutdown()
+    trainer = trainer_factory(WideOperator, config=CONFIG, checkpoint_every_n_steps=2)
+
+    def arm(op):  # rank 1 raises in the step after the in-epoch commit of step 4 landed
+        op.fail_step, op.fail_ranks = 5, (1,)
+
+    trainer.apply_all_operators(arm)
+    with pytest.raises(KeyError, match="missing-key"):
+        trainer.train(num_steps=6)
+    commit = trainer._supervisor.commit
+    assert commit.step == 4 and commit.call_done  # an in-epoch commit...
+    assert commit.slab_versions and commit.slab_ranks == (0,)  # ...in rank 0's slab
+    assert _same(_weights(trainer), expected)
 
 
 @pytest.mark.slow
@@ -85,7 +105,7 @@ def test_a_rank_off_the_drivers_node_reads_copies_of_the_slab_snapshots_only(ray
     target = SlabTarget(os.getpid(), slabs._fd(0, 0), 1, machine=machine_id())
     in_slab = ray_session.put({"state": writer.write(target, {"w": torch.ones(8)})})
     in_store = ray_session.put({"state": {"w": torch.zeros(8)}})
-    commit = Commit(0, 0, 2, [in_slab, in_store], slab_version=1, slab_ranks=(0,))
+    commit = Commit(0, 0, 2, [in_slab, in_store], slab_versions=(1,), slab_ranks=(0,))
     here = ray_session.get_runtime_context().get_node_id()
     local, remote = readable_on([here, "another-node"], commit)
     assert local == [in_slab, in_store] and remote[1] is in_store

@@ -66,7 +66,7 @@ class _Held:
     """The commit the driver still needs (a slot ``CommitSlabs`` must not hand out)."""
 
     def __init__(self, version):
-        self.slab_version = version
+        self.slab_versions = (version,)
 
 
 def main():
@@ -75,9 +75,10 @@ def main():
     base, slabs, rank = shmem_mb(), CommitSlabs(), Rank.remote()
     held, rows, in_slab = None, [], True
     for _ in range(REPS):
-        version, (target,) = slabs.targets([here], [held], here=here)
+        (target,) = slabs.targets([here], [held], here=here)
         snap, row, wrote, head = ray.get(rank.slab_commit.remote(target))
-        held, in_slab = _Held(version), in_slab and wrote
+        slabs.consumed(0, target.version)
+        held, in_slab = _Held(target.version), in_slab and wrote
         rows.append(row)
     ray.kill(rank)  # the rank dies: its last commit lives on in the driver's slab
     time.sleep(1)

@@ -1,5 +1,5 @@
-"""The driver's side of commit slabs (``raysgd.state.slab``): it owns them, and picks
-where each between-call commit goes.
+"""The driver's side of commit slabs (``raysgd.state.slab``): it owns them, and names the
+slab each rank's next commit may go to.
 
 A slab is a ``memfd`` the driver creates and keeps open, so a commit in it outlives the
 rank that wrote it (a rank that died, a group that was restarted) and is freed with the
@@ -7,12 +7,18 @@ trainer (``close``). Only ranks on the driver's node get one: only they can open
 ``/proc/<driver pid>/fd/<n>``, and a commit there is lost only with the driver itself.
 Ranks elsewhere commit to Ray's object store, and are copied as before (``replicas``).
 
-Each rank has two slots, and a commit names one for all ranks (its ``slab_version``
-says which version it is). A commit never goes to a slot that holds a commit the driver
-still needs: the supervisor's commit, the fallback it keeps while a copy to another
-node lands, and every commit the disk writer has not written yet. When both slots are
-needed, the commit goes to Ray's object store instead. So a slab is overwritten only when
-nothing can read it any more.
+Each rank has two slots. The driver names at most one of them to a rank at a time
+(``targets``: with a call, or with a standing in-epoch ``next_commit`` request), and names
+another only once the rank's commit reports it used that one up (``consumed``); the rank
+keeps the slab named until its next commit large enough for one, in-epoch or a call's
+end. A slot is named only when it holds no commit the driver still needs: the
+supervisor's commit, the fallback it keeps while a copy to another node lands, every
+commit the disk writer has not written yet, and every part of a commit still being
+assembled. When both slots are needed, the rank's next commit goes to Ray's object store
+instead. So a slab is overwritten only when nothing can read it any more.
+
+Every slab write has a version of its own (``SlabTarget.version``, counted over all
+ranks); a :class:`Commit` lists the versions its parts live in (``slab_versions``).
 """
 from __future__ import annotations
 
@@ -41,11 +47,6 @@ def _ray_client() -> bool:
     return client.is_connected()
 
 
-def no_slabs(nodes: Sequence[str]) -> Tuple[None, List[None]]:
-    """Every rank's commit to Ray's store (a group no supervisor gave slabs)."""
-    return None, [None] * len(nodes)
-
-
 def readable_on(nodes: Sequence[str], commit: Any) -> List[List[Any]]:
     """Per rank on ``nodes``, the snapshots it reads ``commit`` from: a rank off the
     driver's node cannot open a slab, so it gets copies in Ray's store of the snapshots that
@@ -67,40 +68,67 @@ def _close_all(files: Dict[Tuple[int, int], int]) -> None:
 class CommitSlabs:
     def __init__(self) -> None:
         self._files: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> the memfd
-        self._holds: List[Optional[int]] = [None] * SLOTS  # the version in each slot
+        self._holds: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> the version named last
+        self._named: Dict[int, Tuple[Any, int, int]] = {}  # rank -> (process, slot, version)
         self._version = 0
         self._machine = machine_id()
         self._closed = not hasattr(os, "memfd_create") or not self._machine  # Linux only
         # A trainer dropped without shutdown() still frees its slabs' memory.
         self._finalizer = weakref.finalize(self, _close_all, self._files)
 
-    def targets(self, nodes: Sequence[str], held: Iterable[Any], here: Optional[str] = None
-                ) -> Tuple[Optional[int], List[Optional[SlabTarget]]]:
-        """``(version, target per rank)`` for the next between-call commit of ranks running
-        on ``nodes``; ``(None, [None, ...])`` where it goes to Ray's store. ``held``: the
-        commits (or None) the driver still needs; ``here``: the driver's node."""
+    def targets(self, nodes: Sequence[str], held: Iterable[Any], here: Optional[str] = None,
+                processes: Optional[Sequence[Any]] = None, ranks: Optional[Sequence[int]] = None,
+                needed: Iterable[int] = ()) -> List[Optional[SlabTarget]]:
+        """The slab to name to each rank running on ``nodes`` (``ranks``: which of them to
+        name one to, default all); None where it goes to Ray's store or still has one named
+        (a rank keeps that). ``held``: the commits (or None) the driver still needs;
+        ``needed``: more versions it needs (parts of a commit being assembled); ``here``:
+        the driver's node; ``processes``: a key per rank's process (a slab named to a
+        process that is gone is forgotten)."""
         nothing: List[Optional[SlabTarget]] = [None] * len(nodes)
         here = here or _driver_node()
         if self._closed or here is None or here not in nodes or _ray_client():
-            return None, nothing
-        needed = {getattr(commit, "slab_version", None) for commit in held} - {None}
-        slot = next((s for s in range(SLOTS) if self._holds[s] not in needed), None)
-        if slot is None:
-            return None, nothing
-        self._version += 1
-        self._holds[slot] = self._version
+            return nothing
+        keep = set(needed)
+        for commit in held:
+            keep.update(getattr(commit, "slab_versions", ()) or ())
+        processes = processes if processes is not None else [None] * len(nodes)
         pid = os.getpid()
-        try:
-            return self._version, self._targets(nodes, here, slot, pid)
-        except OSError:  # no memfd to be had (descriptors, memory): Ray's store, as before
-            return None, nothing
+        out = list(nothing)
+        for rank in range(len(nodes)) if ranks is None else ranks:
+            if nodes[rank] != here:
+                continue
+            named = self._named.get(rank)
+            if named is not None and named[0] == processes[rank]:
+                continue  # the rank still has it
+            try:
+                out[rank] = self._name(rank, processes[rank], keep, pid)
+            except OSError:  # no memfd to be had (descriptors, memory): Ray's store, as before
+                out[rank] = None
+        return out
 
-    def _targets(self, nodes: Sequence[str], here: str, slot: int, pid: int):
-        return [
-            SlabTarget(pid, self._fd(rank, slot), self._version,
-                       tuple(self._fd(rank, other) for other in range(SLOTS) if other != slot),
-                       self._machine)
-            if node == here else None for rank, node in enumerate(nodes)]
+    def _name(self, rank: int, process: Any, keep: set, pid: int) -> Optional[SlabTarget]:
+        self._named.pop(rank, None)
+        slot = next((s for s in range(SLOTS) if self._holds.get((rank, s)) not in keep), None)
+        if slot is None:
+            return None
+        self._version += 1
+        self._holds[(rank, slot)] = self._version
+        target = SlabTarget(pid, self._fd(rank, slot), self._version,
+                            tuple(self._fd(rank, other) for other in range(SLOTS) if other != slot),
+                            self._machine)
+        self._named[rank] = (process, slot, self._version)
+        return target
+
+    def consumed(self, rank: int, version: Optional[int]) -> None:
+        """Rank ``rank``'s commit used up the slab named ``version`` (written or not)."""
+        named = self._named.get(rank)
+        if version is not None and named is not None and named[2] == version:
+            del self._named[rank]
+
+    def forget(self) -> None:
+        """No rank keeps a slab named any more (their runners are new, or restored)."""
+        self._named.clear()
 
     def _fd(self, rank: int, slot: int) -> int:
         key = (rank, slot)
@@ -114,14 +142,44 @@ class CommitSlabs:
         self._finalizer()
 
 
+class GroupSlabs:
+    """What a worker group asks of its supervisor's slabs: where each rank's next commit
+    may go (``targets``), and that a commit used a named slab up (``consumed``)."""
+
+    def __init__(self, slabs: Optional[CommitSlabs] = None,
+                 held: Callable[[], Iterable[Any]] = lambda: ()):
+        self._slabs, self._held = slabs, held
+
+    def targets(self, nodes: Sequence[str], processes: Sequence[Any],
+                ranks: Optional[Sequence[int]] = None, needed: Iterable[int] = ()
+                ) -> List[Optional[SlabTarget]]:
+        if self._slabs is None:
+            return [None] * len(nodes)
+        return self._slabs.targets(nodes, list(self._held()), processes=processes, ranks=ranks,
+                                   needed=needed)
+
+    def consumed(self, rank: int, version: Optional[int]) -> None:
+        if self._slabs is not None:
+            self._slabs.consumed(rank, version)
+
+    def used(self, headers: Sequence[dict]) -> None:
+        """Every rank's header of one call's commit."""
+        for rank, header in enumerate(headers):
+            self.consumed(rank, header.get("slab_version"))
+
+
+NO_SLABS = GroupSlabs()  # a group no supervisor gave slabs: every commit to Ray's store
+
+
 class HeldSlabs:
-    """Mixed into :class:`raysgd.driver.supervisor.Supervisor`: its groups' between-call
-    commits go to slabs that hold none of the commits it or the disk writer (``kept``)
-    still needs."""
+    """Mixed into :class:`raysgd.driver.supervisor.Supervisor`: its groups' commits go to
+    slabs that hold none of the commits it or the disk writer (``kept``) still needs."""
 
     def _init_slabs(self, kept: Optional[Callable[[], Iterable[Any]]]) -> None:
         self.slabs = CommitSlabs()
         self._kept = kept or (lambda: ())
 
-    def _slab_targets(self, nodes: Sequence[str]):
-        return self.slabs.targets(nodes, [self.commit, self._fallback, *self._kept()])
+    def _group_slabs(self) -> GroupSlabs:
+        """For a new group: its runners are new, so none keeps a slab named before."""
+        self.slabs.forget()
+        return GroupSlabs(self.slabs, lambda: [self.commit, self._fallback, *self._kept()])

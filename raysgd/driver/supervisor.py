@@ -98,7 +98,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
 
     def _launch(self, count: int, recovering: bool):
         group = self.make_group(count, recovering)
-        group.commit_slabs = self._slab_targets
+        group.slabs = self._group_slabs()
         return group, group.start()
 
     # ---------------------------------------------------------------- calls

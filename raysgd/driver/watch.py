@@ -145,11 +145,13 @@ class CallWatch:
             self._dead.add(rank)  # a worker died meanwhile; the call reports it
             return
         if header is not None:
+            self.group.slabs.consumed(rank, header.get("slab_version"))
             self._add(rank, header["step"], header["call_done"], snapshot_ref,
-                      header["epochs_done"])
+                      header["epochs_done"], header)
 
-    def _add(self, rank: int, step: int, call_done: int, snapshot: Any, epochs_done: int) -> None:
-        commit = self.assembler.add(rank, step, call_done, snapshot, epochs_done)
+    def _add(self, rank: int, step: int, call_done: int, snapshot: Any, epochs_done: int,
+             header: Optional[dict] = None) -> None:
+        commit = self.assembler.add(rank, step, call_done, snapshot, epochs_done, header)
         if commit is None:
             return
         self.group.copy_commit(commit.snapshots)
@@ -166,10 +168,18 @@ class CallWatch:
 
     def _ask_commits(self) -> None:
         asking = {rank for rank, _ in self._polls.values()}
+        ranks = [rank for rank, _ in self._remote_ranks()
+                 if rank not in asking and rank not in self._dead]
+        if not ranks:
+            return
+        # A rank whose last commit used its slab up gets the next one with its request.
+        slabs = self.group.slabs.targets(self.group.rank_nodes, self.group.process_keys(), ranks,
+                                         self.assembler.in_slabs())
         for rank, actor in self._remote_ranks():
-            if rank not in asking and rank not in self._dead:
+            if rank in ranks:
                 header, snapshot = actor.next_commit.remote(self.assembler.after(rank),
-                                                            COMMIT_POLL_S, self.ticket)
+                                                            COMMIT_POLL_S, self.ticket,
+                                                            slabs[rank])
                 self._polls[header] = (rank, snapshot)
 
 

@@ -36,10 +36,10 @@ from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
 from raysgd.driver.replicas import commit_copies, crosses_nodes, rehomed
-from raysgd.driver.slabs import no_slabs, readable_on
+from raysgd.driver.slabs import NO_SLABS, readable_on
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
-from raysgd.state.commit import Commit
+from raysgd.state.commit import Commit, slab_commit
 from raysgd.worker.actor import COMMIT_WAIT_S
 from raysgd.worker.process_start import ProcessStart
 from raysgd.worker.distributed import local_ranks
@@ -89,7 +89,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         # Remote workers moved off a draining node: their (placement group, bundle index).
         self._moved_seats: Dict[int, tuple] = {}
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
-        self.commit_slabs = no_slabs  # where a between-call commit goes (the supervisor's)
+        self.slabs = NO_SLABS  # where each rank's next commit may go (the supervisor's)
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         # Set when the last call failed while other ranks were still inside it
@@ -276,14 +276,14 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
     # --------------------------------------------------------------- commits
     def execute_pair(self, method: str, *args, watch: Optional[CallWatch] = None):
         """Call a runner method returning (header, snapshot) on every rank; a remote rank
-        gets one more argument, the slab its snapshot may go to (``commit_slabs``).
+        gets one more argument, the slab its snapshot may go to (``slabs``).
 
         Returns the headers and a :class:`Commit` of the snapshots, which stay
         in the object store (owned by the driver, not on its heap).
         """
         runner = self.local_runner
         offset = 1 if runner is not None else 0
-        version, slabs = self.commit_slabs(self._nodes)
+        slabs = self.slabs.targets(self._nodes, self.process_keys())
         pairs = [actor.execute_pair.remote(method, *args, slabs[rank + offset])
                  for rank, actor in enumerate(self.actors)]
         local_future = None if runner is None else self._run_local(getattr(runner, method), *args)
@@ -293,10 +293,15 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
             headers[0], local_snap = headers[0]
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
         self.copy_commit(snapshots)
-        in_slab = tuple(rank for rank, head in enumerate(headers) if head.get("in_slab"))
-        return headers, Commit(headers[0]["step"], headers[0]["call_done"], self.num_workers,
-                               snapshots, headers[0].get("epochs_done", 0),
-                               version if in_slab else None, in_slab)
+        self.slabs.used(headers)
+        return headers, slab_commit(headers[0]["step"], headers[0]["call_done"],
+                                    self.num_workers, snapshots,
+                                    headers[0].get("epochs_done", 0), headers)
+
+    def process_keys(self) -> List[Any]:
+        """Per rank, its process (a slab named to a process that is gone is forgotten)."""
+        local = ["local"] if self.local_runner is not None else []
+        return local + [actor._actor_id.hex() for actor in self.actors]
 
     def copy_commit(self, snapshots: List[Any]) -> None:
         self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)

@@ -24,10 +24,20 @@ class Commit:
     world_size: int
     snapshots: List[Any] = field(default_factory=list)
     epochs_done: int = 0  # passes over the train loader finished (the trainer's ``epoch``)
-    # The slab version its snapshots live in (``raysgd.driver.slabs``), and the ranks whose
-    # snapshot is there; None and (): all in Ray's store.
-    slab_version: Optional[int] = None
+    # The slab versions its snapshots live in (``raysgd.driver.slabs``), and the ranks whose
+    # snapshot is there; () and (): all in Ray's store.
+    slab_versions: Tuple[int, ...] = ()
     slab_ranks: Tuple[int, ...] = ()
+
+
+def slab_commit(step: int, call_done: int, world_size: int, snapshots: List[Any],
+                epochs_done: int, headers: List[Optional[dict]]) -> Commit:
+    """A :class:`Commit` of ``snapshots``, with the slabs its parts went to as each rank's
+    header says (``in_slab``, ``slab_version``; a header of None or without them: Ray's
+    store)."""
+    ranks = tuple(rank for rank, head in enumerate(headers) if head and head.get("in_slab"))
+    return Commit(step, call_done, world_size, snapshots, epochs_done,
+                  tuple(headers[rank]["slab_version"] for rank in ranks), ranks)
 
 
 class CommitAssembler:
@@ -36,24 +46,32 @@ class CommitAssembler:
     def __init__(self, world_size: int, committed_step: int):
         self.world_size = world_size
         self.committed_step = committed_step
-        self._parts: Dict[int, Dict[int, Tuple[int, Any, int]]] = {}  # step -> rank -> (call_done, ref, epochs)
+        # step -> rank -> (call_done, ref, epochs, header)
+        self._parts: Dict[int, Dict[int, Tuple[int, Any, int, Optional[dict]]]] = {}
         self._last_seen: Dict[int, int] = {}
 
     def after(self, rank: int) -> int:
         """The step a request for ``rank``'s next part should start after."""
         return max(self.committed_step, self._last_seen.get(rank, self.committed_step))
 
+    def in_slabs(self) -> List[int]:
+        """The slab versions of the parts waiting for the rest of their commit."""
+        return [head["slab_version"] for parts in self._parts.values()
+                for _, _, _, head in parts.values() if head and head.get("in_slab")]
+
     def add(self, rank: int, step: int, call_done: int, snapshot: Any,
-            epochs_done: int = 0) -> Optional[Commit]:
-        """Record a part; returns the new :class:`Commit` once ``step`` is complete."""
+            epochs_done: int = 0, header: Optional[dict] = None) -> Optional[Commit]:
+        """Record a part (``header``: where it went, as :func:`slab_commit` reads it);
+        returns the new :class:`Commit` once ``step`` is complete."""
         self._last_seen[rank] = max(step, self._last_seen.get(rank, step))
         if step <= self.committed_step:
             return None
         parts = self._parts.setdefault(step, {})
-        parts[rank] = (call_done, snapshot, epochs_done)
+        parts[rank] = (call_done, snapshot, epochs_done, header)
         if len(parts) < self.world_size:
             return None
         self.committed_step = step
         self._parts = {s: p for s, p in self._parts.items() if s > step}
-        return Commit(step, parts[0][0], self.world_size,
-                      [parts[rank][1] for rank in range(self.world_size)], parts[0][2])
+        ordered = [parts[rank] for rank in range(self.world_size)]
+        return slab_commit(step, ordered[0][0], self.world_size, [p[1] for p in ordered],
+                           ordered[0][2], [p[3] for p in ordered])

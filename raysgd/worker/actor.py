@@ -140,10 +140,11 @@ class _WorkerActor:
     # The driver's standing request for the next in-epoch commit: answered
     # the moment the training thread offers one (or None after ``wait_s``).
     @ray.method(concurrency_group="commits", num_returns=2)
-    def next_commit(self, after: int, wait_s: float, ticket: int):
+    def next_commit(self, after: int, wait_s: float, ticket: int, slab=None):
         runner = self.runner  # release() may clear it meanwhile
-        snap = runner.next_commit(after, wait_s, ticket) if runner else None
-        header = {key: snap[key] for key in ("step", "call_done", "epochs_done")} if snap else None
+        snap = runner.next_commit(after, wait_s, ticket, slab) if runner else None
+        header = {key: snap[key] for key in ("step", "call_done", "epochs_done", "slab_version",
+                                             "in_slab")} if snap else None
         return header, snap
 
     # A copy of another rank's commit on this node (raysgd.driver.replicas), off the

@@ -19,7 +19,7 @@ from raysgd.data.dataset_config import is_ray_dataset
 from raysgd.data.shards import shard_loaders
 from raysgd.errors import ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
-from raysgd.state.packing import unpack_tensors
+from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.slab import SlabTarget
 from raysgd.worker import distributed, rng, step_seeds
 from raysgd.worker.batches import batch_count
@@ -71,7 +71,7 @@ class WorkerRunner(RunnerState):
         # In-epoch commits on their way to the driver; ``commit_views``: they view the
         # parameters and optimizer state instead of copying them (worker/live_state.py).
         self._commits = RankCommits(commit_wait_s, commit_views)
-        self._slabs = SlabWriter()  # between-call commits into the driver's slabs
+        self._slabs = SlabWriter()  # commits into the slabs the driver names (state/slab.py)
         self._call_done_base = 0
         self._last_progress = time.monotonic()
         self.events = BatchEvents()  # the running call's counters, for the driver's progress bar
@@ -207,6 +207,7 @@ class WorkerRunner(RunnerState):
         that step's commit (``stopped``). ``ticket``: the driver's call, whose commit
         requests alone may take this call's in-epoch commits (``CommitHandoff.begin``)."""
         self._commits.handoff.begin(ticket)
+        self._slabs.offer(slab)
         self.stop_point.open(self._passes.steps)
         try:
             metrics = self.train_epoch(num_steps, profile, info, resume)
@@ -217,15 +218,22 @@ class WorkerRunner(RunnerState):
                     "first_step_wall": self.first_step_wall}, snap
         finally:
             self.stop_point.close()
-        header, snap = self.snapshot_pair(slab)
+        header, snap = self.snapshot_pair()
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
 
     def snapshot_pair(self, slab: Optional[SlabTarget] = None):
-        """A commit between calls: a small header and the snapshot (its tensors in ``slab``,
-        the driver's shared memory, when given: ``raysgd.state.slab``)."""
-        snap = self.snapshot(slab=slab)
+        """A commit between calls: a small header and the snapshot (its tensors in the slab
+        the driver named, ``slab`` or one named before: ``raysgd.state.slab``)."""
+        self._slabs.offer(slab)
+        snap = self._into_slab(self.snapshot())
         return {"step": snap["step"], "call_done": 0, "epochs_done": snap["epochs_done"],
-                "in_slab": self._slabs.wrote}, snap
+                "slab_version": snap["slab_version"], "in_slab": snap["in_slab"]}, snap
+
+    def _into_slab(self, snap: Dict[str, Any]) -> Dict[str, Any]:
+        """``snap`` with its packed state copied into the slab the driver named, if any
+        (``slab_version``: the named slab it used up; ``in_slab``: whether it is there)."""
+        state, version, wrote = self._slabs.write_pending(snap["state"])
+        return {**snap, "state": state, "slab_version": version, "in_slab": wrote}
 
     def update_scheduler(self, metric: Any) -> None:
         for scheduler in self.operator._schedulers:
@@ -235,7 +243,7 @@ class WorkerRunner(RunnerState):
                 scheduler.step()
 
     # ------------------------------------------------------ commits, progress
-    def snapshot(self, call_done: int = 0, slab: Optional[SlabTarget] = None) -> Dict[str, Any]:
+    def snapshot(self, call_done: int = 0) -> Dict[str, Any]:
         """A commit of this rank: full state on rank 0, the rank's own part elsewhere."""
         meters = getattr(self.operator, "_meters", None)
         state = self._commit_state()
@@ -243,7 +251,7 @@ class WorkerRunner(RunnerState):
         return {"step": self._passes.steps, "call_done": call_done,
                 "epochs_done": self._passes.completed,
                 "world_size": self.rank.world_size,
-                "state": self._slabs.write(slab, state),
+                "state": pack_tensors(state),
                 "meters": copy.deepcopy(meters) if call_done else None}
 
     def _stage(self, state: Dict[str, Any], call_end: bool, keep_existing: bool = False) -> None:
@@ -290,10 +298,15 @@ class WorkerRunner(RunnerState):
         self.stop_point.close()
         return restarted
 
-    def next_commit(self, after: int, wait_s: float = 0.0,
-                    ticket: int = 0) -> Optional[Dict[str, Any]]:
-        """The next in-epoch commit newer than ``after`` (the driver's long poll)."""
-        return self._commits.handoff.take(after, wait_s, ticket)
+    def next_commit(self, after: int, wait_s: float = 0.0, ticket: int = 0,
+                    slab: Optional[SlabTarget] = None) -> Optional[Dict[str, Any]]:
+        """The next in-epoch commit newer than ``after`` (the driver's long poll), copied
+        into the slab the driver named (``slab`` or one named before) if there is one: on
+        the commits thread, while the training thread runs the next forward and backward
+        (the optimizer's next step waits for the driver to have it, ``live_state``)."""
+        self._slabs.offer(slab)
+        snap = self._commits.handoff.take(after, wait_s, ticket)
+        return None if snap is None else self._into_slab(snap)
 
     def progress(self) -> Dict[str, Any]:
         """Liveness report for the driver's hang detection (control thread)."""

@@ -2,6 +2,13 @@
 into the slab the driver named, and hand back the commit with :class:`SlabTensor` s in
 their place. No Ray.
 
+The driver names at most one slab per rank at a time (``raysgd.driver.slabs``): it rides
+on a call (``execute_pair``'s last argument) or on a standing ``next_commit`` request, and
+the rank keeps it (``offer``) until its next commit large enough for a slab takes it
+(``write_pending``), whether that commit is in-epoch (written on the actor's ``commits``
+thread while the next batch's forward and backward run) or a call's end. A commit that
+finds none goes to Ray's store, as before.
+
 Each slab stays mapped from one commit to the next, so a commit writes over pages that are
 already there; ``close`` (the runner's shutdown) unmaps them, so a worker going back to
 the pool keeps no commit's memory alive.
@@ -11,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -81,17 +89,43 @@ class SlabWriter:
         self.min_bytes = min_bytes
         self._open: Dict[Tuple[int, int], _Mapped] = {}
         self._warned = False
-        self.wrote = False  # whether the last write went to a slab
+        self._pending: Optional[SlabTarget] = None  # the slab the driver named for the next
+        # commit; the training thread (call ends) and the commits thread (in-epoch) share it
+        self._lock = threading.Lock()
+        self.wrote = False  # whether the last ``write`` went to a slab
 
     def write(self, target: Optional[SlabTarget], state: Any) -> Any:
         """``pack_tensors(state)``, its tensors copied into ``target``'s slab when there is
         one and they are large enough; else as Ray will store it."""
-        packed, self.wrote = pack_tensors(state), False
-        if target is None:  # most commits (in-epoch ones, off-node ranks): nothing to walk
-            return packed
+        self.offer(target)
+        packed, _, self.wrote = self.write_pending(pack_tensors(state))
+        return packed
+
+    def offer(self, target: Optional[SlabTarget]) -> None:
+        """The driver names ``target`` for this rank's next commit (None: keep the one it
+        named before, if any). A restore keeps it: its slot holds no commit the driver
+        needs, and nothing but this rank writes there."""
+        if target is not None:
+            with self._lock:
+                self._pending = target
+
+    def write_pending(self, packed: Any) -> Tuple[Any, Optional[int], bool]:
+        """``(state, version, wrote)``: a packed state's tensors copied into the slab the
+        driver named, if it is large enough for one; ``version``: the named slab's version
+        this commit used up (None if it used none), ``wrote``: whether it is in the slab."""
         tensors: List[PackedTensor] = list(leaves(packed, PackedTensor))
         if sum(t.data.nbytes for t in tensors) < self.min_bytes:
-            return packed
+            return packed, None, False  # the slab stays named for a larger commit
+        with self._lock:
+            target, self._pending = self._pending, None
+            if target is None:
+                return packed, None, False
+            placed = self._place(target, packed, tensors)
+        return (placed, target.version, True) if placed is not None else (
+            packed, target.version, False)
+
+    def _place(self, target: SlabTarget, packed: Any, tensors: List[PackedTensor]
+               ) -> Optional[Any]:
         offsets, size = _layout(tensors)
         try:
             slab = self._slab(target, size)
@@ -101,8 +135,7 @@ class SlabWriter:
             slab.mark(target.version, target.version)
         except (OSError, ValueError) as exc:  # ValueError: a map a failed grow closed
             self._warn(target, exc)
-            return packed
-        self.wrote = True
+            return None
         return map_leaves(packed, PackedTensor, lambda t: SlabTensor(
             target.pid, target.fd, slab.ino, target.version, offsets[id(t)], t.data.nbytes,
             t.dtype, t.shape))
@@ -135,6 +168,8 @@ class SlabWriter:
                            "commits go to Ray's object store instead", target.path, exc)
 
     def close(self) -> None:
-        for slab in self._open.values():
-            slab.close()
-        self._open.clear()
+        with self._lock:
+            self._pending = None
+            for slab in self._open.values():
+                slab.close()
+            self._open.clear()
