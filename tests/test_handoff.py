@@ -69,6 +69,20 @@ def test_assembler_commits_a_step_only_when_every_rank_handed_it_over():
     assert assembler.committed_step == 8
 
 
+def test_assembler_keeps_the_slabs_of_parts_waiting_and_names_them_in_the_commit():
+    assembler = CommitAssembler(world_size=2, committed_step=0)
+    in_slab = {"in_slab": True, "slab_version": 7}
+    assert assembler.add(0, 4, 4, "r0s4", 0, in_slab) is None
+    # named but not written (a write that failed): not in a slab
+    assert assembler.add(0, 8, 8, "r0s8", 0, {"in_slab": False, "slab_version": 9}) is None
+    assert assembler.in_slabs() == [7]  # a part waiting for rank 1's keeps its slab
+    commit = assembler.add(1, 4, 4, "r1s4", 0, None)
+    assert (commit.slab_versions, commit.slab_ranks) == ((7,), (0,))
+    assert assembler.in_slabs() == []  # the commit holds it now, not the assembler
+    commit = assembler.add(1, 8, 8, "r1s8")
+    assert (commit.slab_versions, commit.slab_ranks) == ((), ())
+
+
 def test_settle_gives_a_queued_live_commit_its_own_copy():
     handoff = CommitHandoff(wait_s=0)
     live = [1]
