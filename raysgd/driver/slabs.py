@@ -127,7 +127,7 @@ class CommitSlabs:
             del self._named[rank]
 
     def forget(self) -> None:
-        """No rank keeps a slab named any more (their runners are new, or restored)."""
+        """No rank keeps a slab named any more (a new group: its runners are new)."""
         self._named.clear()
 
     def _fd(self, rank: int, slot: int) -> int:
