@@ -46,7 +46,7 @@ def slabs():
 def test_a_commit_in_a_slab_pickles_small_and_reads_back_exactly(slabs):
     writer = SlabWriter(min_bytes=0)
     state = _state(1.5)
-    snap = writer.write(_target(slabs, 1), state)
+    snap = writer.write(_target(slabs, 1), state)[0]
     tensors = [leaf for leaf in _leaves(snap) if isinstance(leaf, SlabTensor)]
     assert len(tensors) == 3 and snap["steps"] == 7
     assert len(pickle.dumps(snap)) < 2000  # a few numbers per tensor, not 8 KB of floats
@@ -61,8 +61,8 @@ def test_a_commit_in_a_slab_pickles_small_and_reads_back_exactly(slabs):
 
 def test_a_commit_whose_slab_was_overwritten_is_refused_by_every_reader(slabs):
     writer = SlabWriter(min_bytes=0)
-    old = writer.write(_target(slabs, 1), _state(1.0))
-    new = writer.write(_target(slabs, 2), _state(2.0))
+    old = writer.write(_target(slabs, 1), _state(1.0))[0]
+    new = writer.write(_target(slabs, 2), _state(2.0))[0]
     for read in (unpack_tensors, own_copies, verify_packed):
         with pytest.raises(SlabCommitLost, match="version 1 was overwritten"):
             read(old)
@@ -72,7 +72,8 @@ def test_a_commit_whose_slab_was_overwritten_is_refused_by_every_reader(slabs):
 
 def test_a_read_opens_each_slab_once_whatever_its_tensor_count(slabs, monkeypatch):
     writer = SlabWriter(min_bytes=0)
-    snap = writer.write(_target(slabs, 1), {"t": [torch.full((8,), float(i)) for i in range(50)]})
+    tensors = {"t": [torch.full((8,), float(i)) for i in range(50)]}
+    snap = writer.write(_target(slabs, 1), tensors)[0]
     opened, real_open = [], SlabTensor._open
     monkeypatch.setattr(SlabTensor, "_open", lambda self: opened.append(self) or real_open(self))
     back = unpack_tensors(snap)
@@ -82,10 +83,10 @@ def test_a_read_opens_each_slab_once_whatever_its_tensor_count(slabs, monkeypatc
 
 
 def test_small_commits_and_unopenable_slabs_stay_for_rays_store(slabs, caplog):
-    small = SlabWriter().write(_target(slabs, 1), _state())  # far below SLAB_MIN_BYTES
+    small = SlabWriter().write(_target(slabs, 1), _state())[0]  # far below SLAB_MIN_BYTES
     assert all(isinstance(leaf, PackedTensor) for leaf in _leaves(small["model"]))
     gone = SlabTarget(os.getpid(), 10_000, 1, machine=machine_id())  # no such descriptor
-    packed = SlabWriter(min_bytes=0).write(gone, _state())
+    packed = SlabWriter(min_bytes=0).write(gone, _state())[0]
     assert isinstance(packed["model"]["w"], PackedTensor)
     assert "commits go to Ray's object store instead" in caplog.text
 
@@ -95,11 +96,11 @@ def test_a_descriptor_that_is_no_slab_or_another_machines_is_never_written(slabs
         handle.write(b"keep me")
         handle.flush()
         other_file = SlabTarget(os.getpid(), handle.fileno(), 1, machine=machine_id())
-        assert isinstance(SlabWriter(min_bytes=0).write(other_file, _state())["model"]["w"],
-                          PackedTensor)
+        packed = SlabWriter(min_bytes=0).write(other_file, _state())[0]
+        assert isinstance(packed["model"]["w"], PackedTensor)
     assert (tmp_path / "precious").read_bytes() == b"keep me"
     elsewhere = SlabTarget(os.getpid(), slabs._fd(0, 0), 1, machine="another-boot-id")
-    assert isinstance(SlabWriter(min_bytes=0).write(elsewhere, _state())["model"]["w"],
+    assert isinstance(SlabWriter(min_bytes=0).write(elsewhere, _state())[0]["model"]["w"],
                       PackedTensor)
     assert os.fstat(slabs._fd(0, 0)).st_size == 0
 
@@ -166,14 +167,14 @@ def test_a_named_slab_waits_on_the_writer_for_a_commit_large_enough(slabs):
 
 def test_closing_frees_the_slabs_and_a_reused_descriptor_is_told_apart(slabs):
     writer = SlabWriter(min_bytes=0)
-    snap = writer.write(_target(slabs, 1), _state(1.0))
+    snap = writer.write(_target(slabs, 1), _state(1.0))[0]
     path = _target(slabs, 1).path
     slabs.close()
     assert not os.path.exists(path)
     with pytest.raises(SlabCommitLost, match="cannot be opened"):
         unpack_tensors(snap)
     again = CommitSlabs()  # a new trainer: likely the same descriptor number, a new file
-    snap2 = writer.write(_target(again, 5), _state(3.0))
+    snap2 = writer.write(_target(again, 5), _state(3.0))[0]
     assert float(unpack_tensors(snap2)["model"]["w"][0, 0]) == 3.0
     writer.close()
     again.close()
@@ -184,7 +185,7 @@ def test_the_disk_writer_never_places_a_checkpoint_read_from_an_overwritten_slab
     from raysgd.state import commit_files
 
     writer = SlabWriter(min_bytes=0)
-    snap = writer.write(_target(slabs, 1), _state(1.0))
+    snap = writer.write(_target(slabs, 1), _state(1.0))[0]
     store = LocalStore(str(tmp_path))
     real_save = commit_files.checkpoint_io.save_file
 
@@ -212,9 +213,9 @@ def test_a_slab_that_failed_to_grow_is_mapped_again_not_written_dead(slabs, monk
 
     monkeypatch.setattr(os, "posix_fallocate", no_memory)
     bigger = {**_state(2.0), "extra": torch.zeros(4096)}
-    assert isinstance(writer.write(_target(slabs, 2), bigger)["extra"], PackedTensor)
-    assert not writer.wrote
+    packed, wrote = writer.write(_target(slabs, 2), bigger)
+    assert isinstance(packed["extra"], PackedTensor) and not wrote
     monkeypatch.setattr(os, "posix_fallocate", real)
-    snap = writer.write(_target(slabs, 3), _state(3.0))  # no larger than before the failure
-    assert writer.wrote and float(unpack_tensors(snap)["model"]["w"][0, 0]) == 3.0
+    snap, wrote = writer.write(_target(slabs, 3), _state(3.0))  # no larger than before
+    assert wrote and float(unpack_tensors(snap)["model"]["w"][0, 0]) == 3.0
     writer.close()

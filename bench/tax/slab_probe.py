@@ -46,10 +46,10 @@ class Rank:
 
     def slab_commit(self, target):
         """One commit into the slab ``target`` names, as a runner makes it."""
-        snap, row = _timed(lambda: self.writer.write(target, self.state))
+        (snap, wrote), row = _timed(lambda: self.writer.write(target, self.state))
         head = float(self.state["w"][:1000].sum())  # what a reader must find
         self.state["w"].add_(1e-3)
-        return snap, row, self.writer.wrote, head
+        return snap, row, wrote, head
 
     def put_commits(self):
         rows, ref = [], None

@@ -92,14 +92,14 @@ class SlabWriter:
         self._pending: Optional[SlabTarget] = None  # the slab the driver named for the next
         # commit; the training thread (call ends) and the commits thread (in-epoch) share it
         self._lock = threading.Lock()
-        self.wrote = False  # whether the last ``write`` went to a slab
 
-    def write(self, target: Optional[SlabTarget], state: Any) -> Any:
-        """``pack_tensors(state)``, its tensors copied into ``target``'s slab when there is
-        one and they are large enough; else as Ray will store it."""
+    def write(self, target: Optional[SlabTarget], state: Any) -> Tuple[Any, bool]:
+        """``offer(target)`` and ``write_pending(pack_tensors(state))`` in one (a runner
+        does them apart): ``(packed, wrote)``, its tensors copied into ``target``'s slab when
+        there is one and they are large enough, else as Ray will store them."""
         self.offer(target)
-        packed, _, self.wrote = self.write_pending(pack_tensors(state))
-        return packed
+        packed, _, wrote = self.write_pending(pack_tensors(state))
+        return packed, wrote
 
     def offer(self, target: Optional[SlabTarget]) -> None:
         """The driver names ``target`` for this rank's next commit (None: keep the one it
