@@ -2,6 +2,7 @@
 import pytest
 
 from bench.chaos.analysis import run_figures
+from bench.chaos.runners import TRAINER_LOG_WIDTH, raysgd_lines
 from bench.chaos.schedule import KINDS, Event, from_args, make_schedule, to_args
 from bench.chaos.summary import breakdown, cell_key, summarize_cells, targets
 
@@ -187,3 +188,15 @@ def test_the_goodput_shortfall_splits_into_rate_start_events_and_the_rest():
     assert shortfall_parts([], 100.0, 80.0) == {}
     table = shortfall_table({"raysgd@20s": {"shortfall": summary}, "torchrun@none": {}})
     assert "raysgd@20s" in table and "torchrun" not in table and "rest" in table
+
+
+def test_a_run_keeps_raysgds_warnings_from_its_driver_log_and_nothing_else():
+    log = "\n".join(["2026-12-02 INFO worker.py: Connecting to existing Ray cluster",
+                     "raysgd: rank(s) [1] could not be replaced with the other ranks staying "
+                     "(TimeoutError()); restarting every worker",
+                     "(raylet) a line of Ray's own",
+                     "raysgd: recovering from worker failure (ranks [1]) " + "x" * 500])
+    lines = raysgd_lines(log)
+    assert [line[:22] for line in lines] == ["raysgd: rank(s) [1] co", "raysgd: recovering fro"]
+    assert len(lines[1]) == TRAINER_LOG_WIDTH
+    assert raysgd_lines("\n".join(["raysgd: again"] * 100), limit=3) == ["raysgd: again"] * 3

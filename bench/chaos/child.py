@@ -59,7 +59,8 @@ def main() -> None:
     figures = run_figures(read_log(step_dir), injector.applied, t0, args.window, batch)
     emit({**figures, "trainer": args.trainer, "window_s": args.window,
           "global_batch": batch, "applied": injector.applied,
-          "trainer_error": runner.error, "reported": runner.reported, "wall_s_child": time.time() - t0})
+          "trainer_error": runner.error, "reported": runner.reported,
+          "trainer_log": list(runner.trainer_log), "wall_s_child": time.time() - t0})
     sys.stdout.flush()
     _clean_up(runner, work, args.keep)
     os._exit(0)

@@ -14,11 +14,24 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from bench.chaos.driver import READY, read_status
 from bench.chaos.targets import ProcessTargets, RayTargets
 from bench.launch import REPO_ROOT
+
+
+# What a run keeps of a Ray driver's log (``trainer_log`` in its JSON): raysgd's own warnings
+# say which path a recovery took (a replace that failed, a restart), where the run's figures
+# only time it, and the run's folder is gone afterwards.
+TRAINER_LOG_LINES = 40
+TRAINER_LOG_WIDTH = 400
+
+
+def raysgd_lines(text: str, limit: int = TRAINER_LOG_LINES) -> List[str]:
+    """The first ``limit`` of raysgd's log lines in ``text``, each cut to a width."""
+    found = [line[:TRAINER_LOG_WIDTH] for line in text.splitlines() if "raysgd: " in line]
+    return found[:limit]
 
 
 class RayDriverRunner:
@@ -53,6 +66,12 @@ class RayDriverRunner:
         """raysgd's ``recovery_stats`` after its last ``train()``."""
         return read_status(self.status)["reported"]
 
+    @property
+    def trainer_log(self) -> List[str]:
+        """raysgd's warnings in the driver's log so far (Ray Train's driver logs none)."""
+        with open(self.log.name, errors="replace") as handle:
+            return raysgd_lines(handle.read())
+
     def start(self) -> float:
         t0 = time.time()
         self.proc.stdin.write("go\n")
@@ -63,6 +82,7 @@ class RayDriverRunner:
 class TorchrunRunner:
     """``torchrun --standalone --nproc-per-node 2 --max-restarts`` over the hand-written loop."""
 
+    trainer_log: Sequence[str] = ()  # no raysgd in it
     MAX_RESTARTS = 1000
 
     def __init__(self, args, step_dir: str, storage: str):
@@ -97,6 +117,7 @@ class TorchftRunner:
 
     MAX_RESTARTS = 1000
     GROUPS = 2
+    trainer_log: Sequence[str] = ()  # no raysgd in it
     # The lighthouse's settings: a quorum every 100 ms, a dead group dropped after 1 s without
     # a heartbeat (torchft's default is 5 s; 1 s is its stall after a loss, measured here).
     LIGHTHOUSE = ("--min_replicas", "1", "--quorum_tick_ms", "100", "--join_timeout_ms",
