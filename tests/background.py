@@ -113,7 +113,11 @@ class Batch:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the batch was closed before this run started")
-            kwargs.setdefault("env", self.env)
+            # Never env=None: the child would then exec with this process's C environ, which
+            # another thread may reallocate meanwhile (a test setting a variable), and a vfork
+            # child reading it then fails with EFAULT ("Bad address", seen once). A copy is
+            # an array of the starting thread's own.
+            kwargs.setdefault("env", dict(os.environ) if self.env is None else self.env)
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True, **kwargs)
             self._running.append(proc)

@@ -103,7 +103,7 @@ def test_a_rank_off_the_drivers_node_reads_copies_of_the_slab_snapshots_only(ray
 
     slabs, writer = CommitSlabs(), SlabWriter(min_bytes=0)
     target = SlabTarget(os.getpid(), slabs._fd(0, 0), 1, machine=machine_id())
-    in_slab = ray_session.put({"state": writer.write(target, {"w": torch.ones(8)})})
+    in_slab = ray_session.put({"state": writer.write(target, {"w": torch.ones(8)})[0]})
     in_store = ray_session.put({"state": {"w": torch.zeros(8)}})
     commit = Commit(0, 0, 2, [in_slab, in_store], slab_versions=(1,), slab_ranks=(0,))
     here = ray_session.get_runtime_context().get_node_id()
