@@ -195,7 +195,7 @@ def _graph():
 SIDES = {
     "raysgd": "face", "raysgd.utils": "face", "raysgd.torch": "face", "raysgd.data": "face",
     "raysgd.errors": "common", "raysgd.constants": "common", "raysgd.config": "common",
-    "raysgd.recovery": "common", "raysgd.state": "common", "raysgd.storage": "common", "raysgd.strategy": "common", "raysgd.data.dataset_config": "common",
+    "raysgd.recovery": "common", "raysgd.state": "common", "raysgd.commits": "common", "raysgd.storage": "common", "raysgd.strategy": "common", "raysgd.data.dataset_config": "common",
     "raysgd.worker": "worker", "raysgd.operator": "worker", "raysgd.creator_operator": "worker",
     "raysgd.lightning": "worker", "raysgd.function": "worker", "raysgd.data.shards": "worker",
     "raysgd.driver": "driver", "raysgd.trainer": "driver", "raysgd.tune": "driver",
@@ -232,6 +232,7 @@ LAYERS = {
     "errors": set(), "constants": {"errors"}, "config": {"constants", "errors", "strategy", "state"},
     "strategy": {"errors"},
     "recovery": {"errors"}, "state": {"errors", "storage"}, "storage": {"errors"},
+    "commits": {"errors"},
     "loggers": {"errors"}, "plot": {"errors"},
     "worker": {"errors", "constants", "config", "state", "storage", "strategy", "data", "operator"},
     "data": {"errors", "worker"},
