@@ -18,7 +18,7 @@ step in every one.
 
 Invariants (``Violation.kind``):
 - ``torn_restore``: a restore read a part that is not the commit's step (torn, overwritten).
-- ``no_commit``: a restore found no complete commit although one was ever current.
+- ``no_commit``: a restore found no complete commit, or went past a newer one still whole.
 - ``buffer_overwritten``: a part was written over a buffer holding a part still needed.
 - ``buffer_lost``: a request names no buffer to a rank on the driver's node that holds none
   while one of its slots is free: that commit takes fresh memory (today: every commit of
@@ -126,6 +126,7 @@ class World:
         self.copying: List[Part] = []
         self.slots: Dict[Tuple[int, int], Tuple[int, int]] = {}  # (rank, slot) -> version, content
         self.ever_current: List[Point] = []
+        self.formed: List[Point] = []  # commits formed since the last restore
         self.paused = False
         self.in_call = False
         self.call_end = 0
@@ -200,6 +201,7 @@ class World:
         for decision in decisions:
             if isinstance(decision, Formed):
                 self.log(f"formed step {decision.point.step} current={decision.current}")
+                self.formed.append(decision.point)
                 self.copying += list(decision.copies)
                 if decision.current:
                     self.ever_current.append(decision.point)
@@ -497,12 +499,13 @@ class World:
             if content != point.step:
                 self.fail("torn_restore", f"restoring step {point.step}, rank {part.rank}'s "
                           f"part holds {'a torn copy' if content == TORN else content}")
-        newest = max((p for p in self.ever_current
+        newest = max((p for p in self.ever_current + self.formed
                       if all(self.readable(q) == p.step for q in p.parts)),
                      key=lambda p: p.step, default=None)
         if newest is not None and newest.step > point.step:
             self.fail("no_commit", f"restored step {point.step} with step {newest.step}'s "
                       "commit still whole")
+        self.formed = []
         self.log(f"restore step {point.step} after a {why}")
         self.counts["restore after a " + why] += 1
         self.counts["fallback"] += bool(choice.steps_lost)

@@ -195,3 +195,22 @@ def test_todays_rules_never_name_again_to_a_process_they_named_once():
 def test_rules_refuse_an_unknown_choice():
     with pytest.raises(ConfigError, match="Rules.snapshot='copy'"):
         Rules(snapshot="copy")
+
+
+def test_a_pending_commit_is_restored_when_whole_and_stays_pending_until_copied():
+    proto = CommitProtocol(2, "D")
+    proto.adopt(Point(0, (_part(0, 0), _part(1, 0))))
+    proto.arrived(_part(0, 3))
+    proto.arrived(_part(1, 3, "A"))
+    alive = {"D", "A"}
+
+    def lost(part):
+        return part.node not in alive
+
+    assert proto.restore(lost).point.step == 3  # a rank died: its node's store still has it
+    proto.restored(3)
+    assert proto.current.step == 0 and [p.step for p in proto.pending] == [3]
+    alive.discard("A")  # then the node goes before the copy landed
+    assert proto.restore(lost).point.step == 0
+    assert proto.pending == []
+    assert proto.held() == [None]  # the payloads: none given here

@@ -1,10 +1,11 @@
 """The driver's side of the commit protocol as one pure state machine: no Ray, no threads.
 
 Everything the driver must remember about commits lives in :class:`CommitProtocol`: the
-commit a recovery restores (``current``), the one kept in case the newest is lost
-(``fallback``, today's rules only), the one waiting for its copies (``pending``), the parts
-of commits still being assembled, the buffers named to ranks, and what a rollback past a
-between-call commit owes (``owed``). Callers tell it what happened (a part arrived, a copy
+newest commit whose every part is safe from any one failure (``current``), newer ones still
+waiting for their copies (``pending``), the one kept in case the newest is lost
+(``fallback``, today's rules only), the parts of commits still being assembled, the buffers
+named to ranks, and what a rollback past a between-call commit owes (``owed``, today's
+rules only). Callers tell it what happened (a part arrived, a copy
 landed, ranks failed, runners were renewed) and get back what to do, as data: a
 :class:`Formed` commit whose parts need copies, a :class:`Voided` step, a :class:`Restore`.
 
@@ -44,12 +45,13 @@ class Part:
 @dataclass(frozen=True)
 class Point:
     """A commit: one part per rank at one step. ``made``: for a commit taken between calls,
-    what made it (``raysgd.driver.catch_up``), so that it can be made again."""
+    what made it, so that today's rules can make it again after losing it."""
 
     step: int
     parts: Tuple[Part, ...]
     between_calls: bool = False
     made: Any = None
+    payload: Any = field(default=None, compare=False)  # the caller's commit object
 
     def buffers(self) -> Set[int]:
         return {part.buffer for part in self.parts if part.buffer is not None}
@@ -113,13 +115,13 @@ class CommitProtocol:
             world_size, driver_node, rules, slots
         self.current: Optional[Point] = None
         self.fallback: Optional[Point] = None
-        self.pending: Optional[Point] = None
+        self.pending: List[Point] = []  # oldest first, each newer than ``current``
         self.owed: Any = None  # what a rollback to the fallback must make again
         self.committed_step = -1
         self._forming: Dict[int, Dict[int, Part]] = {}
         self._last_seen: Dict[int, int] = {}
         self._void: Set[int] = set()  # steps a rank sent void: no commit forms there
-        self._uncopied: Set[Tuple[int, int]] = set()  # (rank, step) of pending's parts
+        self._uncopied: Dict[int, Set[int]] = {}  # pending step -> ranks still uncopied
         self._named: Dict[int, Named] = {}
         self._holds: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> version last named
         self._version = 0
@@ -128,7 +130,7 @@ class CommitProtocol:
     def needed(self) -> Set[int]:
         """The buffer versions holding a part the driver may still read."""
         keep: Set[int] = set()
-        for point in (self.current, self.fallback, self.pending):
+        for point in (self.current, self.fallback, *self.pending):
             if point is not None:
                 keep |= point.buffers()
         for parts in self._forming.values():
@@ -203,40 +205,47 @@ class CommitProtocol:
         self._forming = {s: p for s, p in self._forming.items() if s > part.step}
         point = Point(part.step, tuple(parts[r] for r in range(self.world_size)),
                       between_calls, made)
-        return [self._formed(point)]
+        return [self.formed(point)]
 
-    def _formed(self, point: Point) -> Formed:
+    def formed(self, point: Point) -> Formed:
+        """Every rank's part of ``point`` is held (assembled here by :meth:`arrived`, or by
+        the driver's watch). It is restorable at once where no part needs a copy; otherwise
+        under the target rules once its copies landed (:meth:`copy_landed`)."""
         copies = tuple(p for p in point.parts if p.node != self.driver_node)
         if self.rules.current_when == "assembled":
-            crosses = any(p.node != self.driver_node for p in point.parts)
-            self.fallback = self.current if crosses else None
+            self.fallback = self.current if copies else None
             self.owed = None
             self.current = point
             return Formed(point, copies, current=True)
-        self.pending = point
-        self._uncopied = {(p.rank, p.step) for p in copies}
-        if not self._uncopied:
-            self._promote()
+        if not copies:
+            self._promote(point)
             return Formed(point, copies, current=True)
+        self.pending.append(point)
+        self._uncopied[point.step] = {p.rank for p in copies}
         return Formed(point, copies, current=False)
 
     def copy_landed(self, rank: int, step: int) -> List[Decision]:
         """The copy of ``rank``'s part of ``step`` landed in another failure domain."""
-        if self.pending is None or self.pending.step != step:
+        waiting = self._uncopied.get(step)
+        if waiting is None:
             return []
-        self._uncopied.discard((rank, step))
-        if self._uncopied:
+        waiting.discard(rank)
+        if waiting:
             return []
-        self._promote()
+        self._promote(next(p for p in self.pending if p.step == step))
         return [Current(self.current)]
 
-    def _promote(self) -> None:
-        self.current, self.pending, self._uncopied = self.pending, None, set()
+    def _promote(self, point: Point) -> None:
+        """``point`` is current: older commits are no longer needed."""
+        self.current = point
+        self.pending = [p for p in self.pending if p.step > point.step]
+        self._uncopied = {s: r for s, r in self._uncopied.items() if s > point.step}
 
     def adopt(self, point: Point) -> None:
         """``point`` is the commit now, held where no failure of a rank can lose it: the
         group's first commit, a resume, or the survivors' live state (``survivors.py``)."""
-        self.current, self.fallback, self.pending, self.owed = point, None, None, None
+        self.current, self.fallback, self.pending, self.owed = point, None, [], None
+        self._uncopied = {}
         self.committed_step = max(self.committed_step, point.step)
         self._forming = {s: p for s, p in self._forming.items() if s > point.step}
 
@@ -256,11 +265,21 @@ class CommitProtocol:
 
     # ------------------------------------------------------------- recovery
     def restore(self, lost: Callable[[Part], bool]) -> Restore:
-        """The commit every rank restores after a failure or a user error; ``lost(part)``:
-        whether a part can no longer be read (its node went before its copy landed). A
-        commit still waiting for copies is dropped (its ranks' work re-runs)."""
-        self.pending, self._uncopied = None, set()
+        """The commit every rank restores after a failure or a user error: the newest one
+        none of whose parts is ``lost`` (its node went before its copy landed), pending ones
+        included (the target rules; a rank's death loses no part). Today's rules try the
+        newest, then its fallback, and owe what made a lost between-call commit."""
         self._forming.clear()
+        if self.rules.current_when == "copied":
+            # A pending commit restored stays pending: until its copies land, losing a node
+            # may still take it, and the current one is what is left then.
+            whole = [p for p in self.pending if not any(lost(q) for q in p.parts)]
+            self.pending = whole[-1:]
+            self._uncopied = {s: r for s, r in self._uncopied.items()
+                              if self.pending and s == self.pending[0].step}
+            if self.current is not None and any(lost(p) for p in self.current.parts):
+                self.current = None
+            return Restore(self.pending[-1] if self.pending else self.current)
         current = self.current
         if current is None or not any(lost(p) for p in current.parts):
             return Restore(current)
@@ -271,6 +290,18 @@ class CommitProtocol:
         self.current, self.fallback = fallback, None
         self.owed = current.made if current.between_calls else None
         return Restore(fallback, current.step - fallback.step, self.owed)
+
+    def unreadable(self, point: Point) -> None:
+        """A restore of ``point`` found a part gone that :meth:`restore`'s ``lost`` did not
+        know of: it is never chosen again (the next :meth:`restore` takes an older one)."""
+        if self.current is point:
+            self.current = None
+        self.pending = [p for p in self.pending if p is not point]
+
+    def held(self) -> List[Any]:
+        """The payloads of every commit a restore may still choose (their buffers stay)."""
+        points = [self.current, self.fallback, *self.pending]
+        return [p.payload for p in points if p is not None]
 
     def restored(self, step: int) -> None:
         """Every rank now stands at ``step``: parts of later steps are of a past run."""
