@@ -616,49 +616,24 @@ class World:
             self._do(name, arg)
         return self
 
+    # The events whose method has another name.
+    HANDLERS = {"end": "end_rank", "local": "local_done", "copy": "copy_lands",
+                "lose": "lose_node", "stray": "stray_write", "begin": "begin_call",
+                "return": "return_call"}
+
     def _do(self, name: str, arg) -> None:
         self.counts[name] += 1
         if name not in ("progress", "request", "take", "arrive", "copy", "local"):
             self.log(f"{name} {getattr(arg, 'rank', arg) if arg is not None else ''}".strip())
-        if name == "progress":
-            self.progress(arg)
-        elif name == "end":
-            self.end_rank(arg)
-        elif name == "local":
-            self.local_done(arg)
-        elif name == "request":
-            self.request(arg)
-        elif name == "take":
-            self.take(arg)
-        elif name == "arrive":
-            self.arrive(arg)
-        elif name == "copy":
-            self.copy_lands(arg)
-        elif name == "timeout":
-            self.timeout(arg)
-        elif name == "kill":
-            self.kill(arg)
-        elif name == "lose":
-            self.lose_node(arg)
-        elif name == "user_error":
-            self.in_call = False  # the call raises; the next one starts from the commit
-            self.recover(user_error=True)
-        elif name == "stray":
-            self.stray_write(arg)
-        elif name == "recover":
-            self.recover()
-        elif name == "notice":
-            self.notice()
-        elif name == "hand_over":
-            self.hand_over()
-        elif name == "pause":
-            self.paused = not self.paused
-        elif name == "begin":
-            self.begin_call()
-        elif name == "return":
-            self.return_call()
-        elif name == "read":
-            self.read()
+        handler = getattr(self, self.HANDLERS.get(name, name))
+        handler() if arg is None else handler(arg)
+
+    def user_error(self, rank: Rank) -> None:
+        self.in_call = False  # the call raises; the next one starts from the commit
+        self.recover(user_error=True)
+
+    def pause(self) -> None:
+        self.paused = not self.paused
 
 
 def simulate(seed: int, rules: Rules, mix: Mix = Mix()) -> World:

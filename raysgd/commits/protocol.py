@@ -277,8 +277,8 @@ class CommitProtocol:
             self.pending = whole[-1:]
             self._uncopied = {s: r for s, r in self._uncopied.items()
                               if self.pending and s == self.pending[0].step}
-            if self.current is not None and any(lost(p) for p in self.current.parts):
-                self.current = None
+            # The current commit's copies landed: a lost node leaves it whole (a part that
+            # cannot be read all the same is reported with unreadable()).
             return Restore(self.pending[-1] if self.pending else self.current)
         current = self.current
         if current is None or not any(lost(p) for p in current.parts):
