@@ -277,8 +277,7 @@ class CommitProtocol:
             self.pending = whole[-1:]
             self._uncopied = {s: r for s, r in self._uncopied.items()
                               if self.pending and s == self.pending[0].step}
-            # The current commit's copies landed: a lost node leaves it whole (a part that
-            # cannot be read all the same is reported with unreadable()).
+            # The current commit's copies landed: a lost node leaves it whole.
             return Restore(self.pending[-1] if self.pending else self.current)
         current = self.current
         if current is None or not any(lost(p) for p in current.parts):
@@ -290,13 +289,6 @@ class CommitProtocol:
         self.current, self.fallback = fallback, None
         self.owed = current.made if current.between_calls else None
         return Restore(fallback, current.step - fallback.step, self.owed)
-
-    def unreadable(self, point: Point) -> None:
-        """A restore of ``point`` found a part gone that :meth:`restore`'s ``lost`` did not
-        know of: it is never chosen again (the next :meth:`restore` takes an older one)."""
-        if self.current is point:
-            self.current = None
-        self.pending = [p for p in self.pending if p is not point]
 
     def held(self) -> List[Any]:
         """The payloads of every commit a restore may still choose (their buffers stay)."""
