@@ -22,6 +22,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from cluster_scripts import finish  # noqa: E402
 from fsdp_operators import StackOperator  # noqa: E402
 from raysgd import FSDP, TorchTrainer  # noqa: E402
+from raysgd.driver.replicas import Landing  # noqa: E402
 from raysgd.recovery import FailureConfig  # noqa: E402
 from raysgd.utils import BATCH_SIZE  # noqa: E402
 
@@ -44,11 +45,13 @@ def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
     group = trainer._supervisor.group
     copy, done = group._copies, threading.Event()
 
-    def copy_or_lose(snapshots, *args):
+    def copy_or_lose(snapshots, nodes, actors, offset, slab_ranks=()):
         if done.is_set():
-            return copy(snapshots, *args)
+            return copy(snapshots, nodes, actors, offset, slab_ranks)
         done.set()
         cluster.remove_node(next(n for n in cluster.list_all_nodes() if n.node_id == node_id))
+        lost = {rank: node for rank, node in enumerate(nodes) if node == node_id}
+        return Landing(lost, [snapshots[rank] for rank in lost])  # it can never land now
 
     group._copies = copy_or_lose
 

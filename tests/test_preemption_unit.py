@@ -6,6 +6,7 @@ import time
 
 from raysgd.driver.preemption import DrainWatch
 from raysgd.driver.recovery import RecoveryPolicy
+from raysgd.driver.replicas import NO_COPIES
 from raysgd.driver.supervisor import Supervisor
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.recovery import FailureConfig
@@ -29,12 +30,15 @@ class FakeGroup:
 
     def __init__(self, world):
         self.world, self.num_workers, self.left_running = world, 2, False
-        self.copies_cross_nodes, self.rank_nodes = False, ["a", "a"]
+        self.rank_nodes = ["a", "a"]
         self.restored, self.replaced, self.spares_stopped, self.stop_asked = [], [], [], 0
         self.on_tick = None
 
     def start(self):
         return [{}, {}]
+
+    def copy_commit(self, commit):
+        return NO_COPIES  # one node: every commit is restorable at once
 
     def snapshot(self):
         return commit(0)

@@ -5,6 +5,7 @@ import pytest
 
 from operators_for_tests import LinearOperator
 from raysgd import TorchTrainer
+from raysgd.driver.replicas import NO_COPIES
 from raysgd.errors import (ConfigError, RankFailure, RetriesExhaustedError, TrainerShutdownError,
                            WorkerFailedError)
 from raysgd.torch.examples import train_example
@@ -28,11 +29,13 @@ class FakeWorkerGroup:
         self.responses = {"progress": [{"steps": 0, "first_step_wall": None}] * num_workers}
         self.placeable = num_workers
         self.left_running = False
-        self.copies_cross_nodes = False  # one node: the supervisor keeps no fallback commit
         FakeWorkerGroup.instances.append(self)
 
     def start(self):
         return [dict(self.capabilities) for _ in range(self.num_workers)]
+
+    def copy_commit(self, commit):
+        return NO_COPIES  # one node: every commit is restorable at once
 
     def execute(self, method, *args, abort_on_failure=True, watch=None):
         self.calls.append((method, args))

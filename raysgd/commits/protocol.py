@@ -3,13 +3,13 @@
 Everything the driver must remember about commits lives in :class:`CommitProtocol`: the
 newest commit whose every part is safe from any one failure (``current``), newer ones still
 waiting for their copies (``pending``), the one kept in case the newest is lost
-(``fallback``, today's rules only), the parts of commits still being assembled, the buffers
-named to ranks, and what a rollback past a between-call commit owes (``owed``, today's
+(``fallback``, the grown rules only), the parts of commits still being assembled, the buffers
+named to ranks, and what a rollback past a between-call commit owes (``owed``, the grown
 rules only). Callers tell it what happened (a part arrived, a copy
 landed, ranks failed, runners were renewed) and get back what to do, as data: a
 :class:`Formed` commit whose parts need copies, a :class:`Voided` step, a :class:`Restore`.
 
-Which decisions it takes is :class:`raysgd.commits.rules.Rules`: today's code and the
+Which decisions it takes is :class:`raysgd.commits.rules.Rules`: the grown code and the
 target design differ in a few values, and ``tests/commit_sim.py`` plays thousands of fault
 schedules against each, checking the invariants after every event.
 
@@ -45,7 +45,7 @@ class Part:
 @dataclass(frozen=True)
 class Point:
     """A commit: one part per rank at one step. ``made``: for a commit taken between calls,
-    what made it, so that today's rules can make it again after losing it."""
+    what made it, so that the grown rules can make it again after losing it."""
 
     step: int
     parts: Tuple[Part, ...]
@@ -95,7 +95,7 @@ class Voided:
 @dataclass(frozen=True)
 class Restore:
     """Restore ``point`` on every rank; ``steps_lost`` beyond the newest commit (a fallback's
-    cost); ``catch_up``: what made a lost between-call commit, to do again first (today's
+    cost); ``catch_up``: what made a lost between-call commit, to do again first (the grown
     rules only). ``point`` is None when no complete commit survives."""
 
     point: Optional[Point]
@@ -257,7 +257,7 @@ class CommitProtocol:
     # ---------------------------------------------------------------- calls
     def before_call(self, mutates: bool) -> Any:
         """What must be made again before this call runs (and is no longer owed), or None.
-        Today's rules owe it only to calls that change state (``driver/catch_up.py``)."""
+        The grown rules owed it only to calls that change state (the driver's catch-up)."""
         if self.owed is None or (not mutates and self.rules.current_when == "assembled"):
             return None
         owed, self.owed = self.owed, None
@@ -277,7 +277,8 @@ class CommitProtocol:
             self.pending = whole[-1:]
             self._uncopied = {s: r for s, r in self._uncopied.items()
                               if self.pending and s == self.pending[0].step}
-            # The current commit's copies landed: a lost node leaves it whole.
+            # The current commit's copies landed: a lost node leaves it whole (a part Ray
+            # cannot read all the same is reported with unreadable()).
             return Restore(self.pending[-1] if self.pending else self.current)
         current = self.current
         if current is None or not any(lost(p) for p in current.parts):
@@ -289,6 +290,13 @@ class CommitProtocol:
         self.current, self.fallback = fallback, None
         self.owed = current.made if current.between_calls else None
         return Restore(fallback, current.step - fallback.step, self.owed)
+
+    def unreadable(self, point: Point) -> None:
+        """A restore of ``point`` found a part gone that :meth:`restore`'s ``lost`` did not
+        know of: it is never chosen again (the next :meth:`restore` takes an older one)."""
+        if self.current is point:
+            self.current = None
+        self.pending = [p for p in self.pending if p is not point]
 
     def held(self) -> List[Any]:
         """The payloads of every commit a restore may still choose (their buffers stay)."""

@@ -1,11 +1,12 @@
 """The commit protocol's rules as data: where today's code and the one commit path differ.
 
 Each field is one decision the protocol makes (``raysgd.commits.protocol``) or that a rank
-follows (the simulation in ``tests/commit_sim.py`` plays the ranks). :data:`TODAY` is the
-code as it runs now; :data:`TARGET` is the commit path being built (issue 70's design).
-Each field of :data:`TODAY` that differs names a fault schedule that breaks an invariant;
-the simulation test holds both sets to the same invariants, so a change of rule is a
-change of one value, tested under thousands of schedules before the code follows it.
+follows (the simulation in ``tests/commit_sim.py`` plays the ranks). :data:`GROWN` is the
+commit path as it grew, one mechanism at a time; :data:`TODAY` is the code as it runs now;
+:data:`TARGET` is the one commit path being built (issue 70's design). Each field of
+:data:`GROWN` that differs from :data:`TARGET` names a fault schedule that breaks an
+invariant; the simulation test holds every set to the same invariants, so a change of rule
+is a change of one value, tested under thousands of schedules before the code follows it.
 """
 from __future__ import annotations
 
@@ -35,11 +36,11 @@ _CHOICES = {
     # part written to a buffer and then dropped never reports it used. "reported": each
     # answer of the rank says which buffers its runner still holds or has parts in.
     "buffer_owner": ("process", "reported"),
-    # When a new commit becomes the one a recovery restores. "assembled": once every rank's
-    # part is held, with the one before kept as a fallback until its copies land, and what
-    # made it re-run before the next call that changes state (driver/catch_up.py).
-    # "copied": only once every part also has its copy in another failure domain; a call
-    # returns only then, and nothing falls back.
+    # When a new commit becomes the one a recovery falls back to. "assembled": once every
+    # rank's part is held, with the one before kept as a fallback until its copies land, and
+    # what made it re-run before the next call that changes state (the driver's catch-up,
+    # removed). "copied": only once every part also has its copy in another failure domain
+    # (a newer whole one is still restored while its nodes live); a call returns only then.
     "current_when": ("assembled", "copied"),
 }
 
@@ -59,6 +60,9 @@ class Rules:
                 raise ConfigError(f"Rules.{field.name}={value!r}: choose one of {choices}.")
 
 
-TODAY = Rules(snapshot="view", unacknowledged="train_on", write_check="next_settle",
+GROWN = Rules(snapshot="view", unacknowledged="train_on", write_check="next_settle",
               buffer_owner="process", current_when="assembled")
+# The supervisor runs on CommitProtocol with "copied"; the ranks' side still has the rest.
+TODAY = Rules(snapshot="view", unacknowledged="train_on", write_check="next_settle",
+              buffer_owner="process", current_when="copied")
 TARGET = Rules()

@@ -50,6 +50,12 @@ def alive_nodes() -> set:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
+def gone_nodes(nodes: Collection[str]) -> Set[str]:
+    """Those of ``nodes`` that died, or whose raylet no longer answers (died moments ago)."""
+    nodes = set(nodes)
+    return (nodes - alive_nodes()) | unreachable_nodes(nodes) if nodes else set()
+
+
 def unreachable_nodes(nodes: Collection[str], timeout_s: float = 0.5) -> Set[str]:
     """Those of ``nodes`` whose raylet takes no connection: nodes that died moments ago
     (Ray lists them alive until its health checks fail). None under Ray Client, whose

@@ -37,6 +37,8 @@ class Rejoin:
     local_runner: Any
     left_running: bool
 
+    gone_nodes = staticmethod(placement.gone_nodes)  # which of some nodes died
+
     def can_replace(self, ranks: Sequence[int]) -> bool:
         """Whether the dead ``ranks`` can be replaced with the others staying: the survivors
         left the call, no dead rank lived in the driver, and processes may be reused at all

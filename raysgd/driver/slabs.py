@@ -182,4 +182,5 @@ class HeldSlabs:
     def _group_slabs(self) -> GroupSlabs:
         """For a new group: its runners are new, so none keeps a slab named before."""
         self.slabs.forget()
-        return GroupSlabs(self.slabs, lambda: [self.commit, self._fallback, *self._kept()])
+        return GroupSlabs(self.slabs, lambda: [*(c for c, _ in self.commits.held()),
+                                               *self._kept()])

@@ -12,10 +12,12 @@ they can (not when a survivor is stuck inside the call, or no node has room); ot
 supervisor tears the group down, asks the :class:`RecoveryPolicy` what to do and starts a new
 group. Either way every rank restores the commit and the call resumes from its step. A node
 draining for preemption has its ranks moved before it goes, at an agreed step, losing none
-(``raysgd.driver.preemption``). A commit's copy to another node (``raysgd.driver.replicas``)
-lands in the background; until the next commit the one before it is kept, and restored
-instead when a lost node took the newest along before its copy landed (what made the newest
-is then done again first when it was taken between calls: ``raysgd.driver.catch_up``).
+(``raysgd.driver.preemption``). Which commit a recovery restores is decided by
+:class:`raysgd.commits.protocol.CommitProtocol`: a commit's copy to another node
+(``raysgd.driver.replicas``) lands in the background, and until it has, the commit is
+pending: restored while its nodes live, passed over for the newest one whose copies landed
+when a lost node took a part along. A call returns, and the group's first commit counts, only
+once its commit's copies landed, so a lost node never takes back a state a call returned.
 
 An exception raised by user code is not retried: it reaches the caller with its own type,
 but first every rank is rolled back to the commit, in place when all ranks left the call, or
@@ -26,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
-from raysgd.driver.catch_up import CatchUp, DataRefresh, GroupCall, Made, TrainCall
+from raysgd.driver.held_commits import NO_COPIES, HeldCommits
 from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
 from raysgd.driver.recovery_stats import RecoveryClock, RecoveryStats
-from raysgd.driver.replicas import lost_objects
 from raysgd.driver.slabs import HeldSlabs
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
@@ -46,7 +48,20 @@ def _dead_ranks(failure: WorkerFailedError) -> List[int]:
     return sorted({f.rank for f in failure.failures if f.died})
 
 
-class Supervisor(Preemption, CatchUp, HeldSlabs):
+@dataclass(frozen=True)
+class TrainCall:
+    """One ``train()`` call: ``num_steps`` (None: to the end of the pass) and ``info``."""
+
+    num_steps: Optional[int]
+    info: Optional[dict]
+
+    def remaining(self, done: int) -> Tuple[Optional[int], bool]:
+        """``(num_steps, resume)`` for ``train_and_commit`` when the commit holds ``done``
+        steps of this call (its ``call_done``)."""
+        return (None if self.num_steps is None else self.num_steps - done), done > 0
+
+
+class Supervisor(Preemption, HeldCommits, HeldSlabs):
     def __init__(self, make_group: Callable[[int, bool], Any], num_workers: int,
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
                  on_commit: Optional[Callable[[Commit, bool], None]] = None, drains=None,
@@ -60,14 +75,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         self.timeout_s, self.local_ranks = timeout_s, local_ranks  # ranks in the driver
         self.stats = RecoveryStats(num_workers=num_workers)
         self.group, self.capabilities = None, []
-        self.commit: Optional[Commit] = None
-        # The commit before ``commit``, while ``commit``'s copy to another node may not have
-        # landed yet (only groups whose copies cross nodes keep one).
-        self._fallback: Optional[Commit] = None
-        # How ``commit`` was made from ``_fallback`` when it was taken between calls; what
-        # must be done again after a rollback to the fallback before the next call trains.
-        self._made: Optional[Made] = None
-        self._catch_up: Optional[Made] = None
+        self._init_commits(num_workers)
         self._clock = RecoveryClock()  # the recovery under way: its parts' seconds
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
@@ -81,7 +89,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         """
         self.group, self.capabilities = self._launch(self.target, recovering=False)
         if resume_from is None:
-            self.commit = self.group.snapshot()
+            self._hold(self.group.snapshot(), settle=True)
             return
         step, epochs_done, snapshots = resume_from
         commit = Commit(step, 0, len(snapshots), [self.group.put(snap) for snap in snapshots],
@@ -94,7 +102,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
                 raise
             first_line = (str(exc).strip().splitlines() or [""])[0]
             raise CheckpointError(f"{type(exc).__name__}: {first_line}") from exc
-        self.commit = commit
+        self._adopt(commit, NO_COPIES)  # put from here: on the driver's node
 
     def _launch(self, count: int, recovering: bool):
         group = self.make_group(count, recovering)
@@ -114,32 +122,31 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         return [header["metrics"] for header in headers]
 
     def _train_call(self, call: TrainCall, profile: bool, progress: Any) -> List[dict]:
-        """Run ``call`` to its end across failures and moves; commit its end; the headers."""
+        """Run ``call`` to its end across failures and moves; commit its end (held once its
+        copies landed); the headers."""
         while True:
-            if not self._catch_up_first():
-                continue
             remaining, resume = call.remaining(self.commit.call_done)
             self._stopping = False  # a stop agreed before a failure is void after it
             watch = self.group.watch(self.timeout_s, self.commit.step, on_commit=self._set_commit,
-                                     on_progress=progress.update, on_tick=self._watch_drains)
+                                     on_progress=progress.update, on_tick=self._tick)
             try:
                 headers, commit = self.group.execute_pair(
                     "train_and_commit", remaining, profile, call.info, resume, watch.ticket,
                     watch=watch)
+                stopped = bool(headers[0].get("stopped"))
+                # A stop's commit too: the draining node may go once the ranks moved.
+                self._moved(commit, in_epoch=stopped, settle=True)
             except WorkerFailedError as failure:
                 self._recover(failure, self._reached(watch))
+                continue
             except BaseException as error:
                 self._roll_back(error, mutated=True, steps_lost=self._steps_lost(watch),
                                 read_data=True)
                 raise
-            else:
-                if not headers[0].get("stopped"):
-                    break
-                # Every rank stopped at the agreed step: move the draining node's ranks.
-                self._moved(commit, in_epoch=True)
-                self._hand_over_safely(stopped=True)
-        self._moved(commit, in_epoch=False, made=call)
-        return headers
+            if not stopped:
+                return headers
+            # Every rank stopped at the agreed step: move the draining node's ranks.
+            self._hand_over_safely(stopped=True)
 
     def call(self, method: str, *args, mutates: bool = False, watched: bool = False,
              abort_on_failure: bool = True, rank: Optional[int] = None,
@@ -149,10 +156,6 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         self.policy.start_call()
         self._hand_over_safely()
         while True:
-            # Only before a change of state: reading calls (state_dict, validate) must work
-            # whatever a catch-up does, and read the state as the ranks hold it.
-            if mutates and not self._catch_up_first():
-                continue
             watch = self.group.watch(self.timeout_s, 1 << 62, on_progress=progress.update) \
                 if watched else None
             try:
@@ -161,8 +164,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
                 result = self.group.execute(method, *args, abort_on_failure=abort_on_failure,
                                             watch=watch)
                 if mutates:
-                    self._moved(self.group.snapshot(), in_epoch=False,
-                                made=GroupCall(method, args))
+                    self._moved(self.group.snapshot(), in_epoch=False, settle=True)
                 return result
             except WorkerFailedError as failure:
                 self._recover(failure)
@@ -175,20 +177,17 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         committed (the new input starts a new pass). After a worker failure the new
         group sets up with the new datasets anyway."""
         self.policy.start_call()
-        try:  # a catch-up owed runs at the next train() (reading the new datasets by then)
+        try:
             self.group.attach_data(self.capabilities)
+            self._moved(self.group.snapshot(), in_epoch=False, settle=True)
         except WorkerFailedError as failure:
             self._recover(failure)
-            return
-        self._moved(self.group.snapshot(), in_epoch=False, made=DataRefresh())
 
     def _set_commit(self, commit: Commit) -> None:
         self._moved(commit, in_epoch=True)
 
-    def _moved(self, commit: Commit, in_epoch: bool, made: Optional[Made] = None) -> None:
-        self._fallback = self.commit if self.group.copies_cross_nodes else None
-        self._made = made if self._fallback is not None else None
-        self.commit = commit
+    def _moved(self, commit: Commit, in_epoch: bool, settle: bool = False) -> None:
+        self._hold(commit, settle)
         self.on_commit(commit, in_epoch)
         # Training runs: time to warm spares for a failure (never on a draining node).
         self.group.refill_spares(avoid=self.drains.draining)
@@ -237,7 +236,7 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
             return
         fresh = self.group.survivor_commit(dead, self.commit)
         if fresh is not None:
-            self._moved(fresh, in_epoch=True)
+            self._moved(fresh, in_epoch=True)  # pending while its copy lands
 
     def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
         """Newcomers (spares, else new processes) take the dead ranks' places while the
@@ -340,20 +339,6 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         with self._clock.phase("restore"):
             self._restore_commit(group, **kwargs)
 
-    def _restore_commit(self, group: Any, **kwargs) -> None:
-        try:
-            group.restore(self.commit, **kwargs)
-        except Exception as exc:
-            if self._fallback is None or not lost_objects(exc):
-                raise
-            logger.warning("raysgd: the commit of step %d was lost with a node before its copy "
-                           "landed; rolling back to the commit of step %d instead",
-                           self.commit.step, self._fallback.step)
-            self.stats.steps_lost += self.commit.step - self._fallback.step
-            self.commit, self._fallback = self._fallback, None
-            self._catch_up, self._made = self._made, None
-            group.restore(self.commit, **kwargs)
-
     def _placeable(self, want: int) -> int:
         return self.local_ranks + self.group.placeable_workers(want=want - self.local_ranks)
 
@@ -388,4 +373,4 @@ class Supervisor(Preemption, CatchUp, HeldSlabs):
         if self.group is not None:
             self.group.shutdown(force=force)
             self.group = None
-        self.commit = self._fallback = self._made = self._catch_up = None
+        self._init_commits(self.target)

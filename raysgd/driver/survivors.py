@@ -77,7 +77,6 @@ class SurvivorCommits:
                      for rank in range(self.num_workers)]
         snapshots[0] = pairs[survivors.index(source)][1]  # the full state: rank 0's slot
         head = headers[source]
-        self.copy_commit(snapshots)
         logger.warning("raysgd: rank(s) %s died; the survivors' live state of step %d replaces "
                        "the commit of step %d", list(dead), head["step"], commit.step)
         return Commit(head["step"], head["call_done"], self.num_workers, snapshots,

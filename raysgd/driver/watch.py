@@ -154,7 +154,6 @@ class CallWatch:
         commit = self.assembler.add(rank, step, call_done, snapshot, epochs_done, header)
         if commit is None:
             return
-        self.group.copy_commit(commit.snapshots)
         self.committed_step = commit.step
         self.on_commit(commit)
 

@@ -35,7 +35,7 @@ from raysgd.driver.pool import POOL, Crew
 from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
-from raysgd.driver.replicas import commit_copies, crosses_nodes, rehomed
+from raysgd.driver.replicas import Landing, commit_copies, rehomed
 from raysgd.driver.slabs import NO_SLABS, readable_on
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -292,7 +292,6 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         if self.local_runner is not None:
             headers[0], local_snap = headers[0]
             snapshots.insert(0, ray.put(local_snap) if ray.is_initialized() else local_snap)
-        self.copy_commit(snapshots)
         self.slabs.used(headers)
         return headers, slab_commit(headers[0]["step"], headers[0]["call_done"],
                                     self.num_workers, snapshots,
@@ -303,10 +302,10 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         local = ["local"] if self.local_runner is not None else []
         return local + [actor._actor_id.hex() for actor in self.actors]
 
-    def copy_commit(self, snapshots: List[Any]) -> None:
-        self._copies(snapshots, self._nodes, self.actors, 1 if self.use_local else 0)
-
-    copies_cross_nodes = property(lambda self: crosses_nodes(self._nodes))  # a copy leaves a node
+    def copy_commit(self, commit: Commit) -> Landing:
+        """Start copying ``commit``'s parts that a lost node could take to another node."""
+        return self._copies(commit.snapshots, self._nodes, self.actors,
+                            1 if self.use_local else 0, commit.slab_ranks)
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""

@@ -150,8 +150,10 @@ class _WorkerActor:
     # A copy of another rank's commit on this node (raysgd.driver.replicas), off the
     # control thread so a transfer never delays a health check.
     @ray.method(concurrency_group="copies")
-    def copy_here(self, refs: list) -> None:
-        ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
+    def copy_here(self, refs: list) -> bool:
+        """Copy a peer's commit parts to this node; True once they are here."""
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
+        return len(ready) == len(refs)
 
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
     # thread of their own, as they may wait for the shards' write to finish.
