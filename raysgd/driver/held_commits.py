@@ -29,6 +29,7 @@ logger = logging.getLogger("raysgd")
 __all__ = ["HeldCommits", "NO_COPIES"]
 SAFE = "held"  # a part's place that no failure of a rank or its node reaches (the driver's)
 COPY_POLL_S = 0.5  # a call's end checks this often whether its commit's copies landed
+RECOVER_TRIES, RECOVER_WAIT_S = 5, 1.0  # a copied commit Ray reports lost, read again
 
 logger = logging.getLogger("raysgd")
 
@@ -94,7 +95,7 @@ class HeldCommits:
     def _restore_commit(self, group: Any, **kwargs) -> None:
         """The newest commit a lost node did not take a part of (``CommitProtocol.restore``);
         one whose part Ray finds lost all the same is passed over for the next."""
-        newest = self.commit.step
+        newest, retries = self.commit.step, RECOVER_TRIES
         while True:
             point = self.commits.restore(self._lost_parts()).point
             if point is None:
@@ -106,6 +107,12 @@ class HeldCommits:
             except Exception as exc:
                 if not lost_objects(exc):
                     raise
+                if point is self.commits.current and retries:
+                    # Its copies landed: Ray makes one of them the primary copy of an object
+                    # whose node went, a moment after it reports the object lost.
+                    retries -= 1
+                    time.sleep(RECOVER_WAIT_S)
+                    continue
                 self.commits.unreadable(point)
                 continue
             self.commits.restored(point.step)

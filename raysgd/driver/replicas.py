@@ -53,13 +53,24 @@ class Landing:
         if self.fetched:
             ready, _ = ray.wait(self.fetched, num_returns=len(self.fetched), timeout=timeout_s,
                                 fetch_local=True)
-            self.fetched = [ref for ref in self.fetched if ref not in ready]
+            here = set(held_here(ready))
+            self.fetched = [ref for ref in self.fetched if ref not in here]
         return not self.calls and not self.fetched
 
     def sources_gone(self) -> Set[int]:
         """The ranks whose part's node died before its copy landed: that part is lost."""
         gone = placement.gone_nodes(set(self.sources.values()))
         return {rank for rank, node in self.sources.items() if node in gone}
+
+
+def held_here(refs: List[Any]) -> List[Any]:
+    """Those of ``refs`` this node's store holds. ``ray.wait`` also counts an object lost with
+    its node as ready (reading it raises), so ready alone is not landed."""
+    if not refs or placement.driver_is_ray_client():
+        return list(refs)  # no locations to be had: trust the wait
+    here = ray.get_runtime_context().get_node_id()
+    where = ray.experimental.get_object_locations(refs, timeout_ms=2000)
+    return [ref for ref in refs if here in (where.get(ref, {}).get("node_ids") or ())]
 
 
 NO_COPIES = Landing()  # nothing to copy: a commit held where no failure of a rank reaches

@@ -153,7 +153,11 @@ class _WorkerActor:
     def copy_here(self, refs: list) -> bool:
         """Copy a peer's commit parts to this node; True once they are here."""
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
-        return len(ready) == len(refs)
+        # A part lost with its node counts as ready too: landed only where this node holds it.
+        here = ray.get_runtime_context().get_node_id()
+        where = ray.experimental.get_object_locations(ready, timeout_ms=2000)
+        return len(ready) == len(refs) and all(
+            here in (where.get(ref, {}).get("node_ids") or ()) for ref in ready)
 
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
     # thread of their own, as they may wait for the shards' write to finish.
