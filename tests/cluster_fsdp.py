@@ -27,15 +27,14 @@ from raysgd.recovery import FailureConfig  # noqa: E402
 from raysgd.utils import BATCH_SIZE  # noqa: E402
 
 
-def locations(commit, timeout_s=20):
-    """Node ids holding each snapshot, once every one has two copies (or the timeout)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = ray.experimental.get_object_locations(commit.snapshots)
-        nodes = [sorted(found[ref]["node_ids"]) for ref in commit.snapshots]
-        if all(len(n) >= 2 for n in nodes) or time.monotonic() > deadline:
-            return nodes
-        time.sleep(0.1)
+def copy_nodes(supervisor):
+    """Per rank, the node holding its part of the current commit and the nodes holding that
+    part's copy (the driver owns it: its primary copy is pinned where it was made)."""
+    point = supervisor.commits.current
+    commit, landing = point.payload
+    copies = [landing.copies.get(rank) for rank in range(commit.world_size)]
+    found = ray.experimental.get_object_locations([ref for ref in copies if ref is not None])
+    return [sorted(found[ref]["node_ids"]) if ref is not None else [] for ref in copies]
 
 
 def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
@@ -45,13 +44,13 @@ def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
     group = trainer._supervisor.group
     copy, done = group._copies, threading.Event()
 
-    def copy_or_lose(snapshots, nodes, actors, offset, slab_ranks=()):
+    def copy_or_lose(snapshots, nodes, slab_ranks=()):
         if done.is_set():
-            return copy(snapshots, nodes, actors, offset, slab_ranks)
+            return copy(snapshots, nodes, slab_ranks)
         done.set()
         cluster.remove_node(next(n for n in cluster.list_all_nodes() if n.node_id == node_id))
         lost = {rank: node for rank, node in enumerate(nodes) if node == node_id}
-        return Landing(lost, [snapshots[rank] for rank in lost])  # it can never land now
+        return Landing(lost, failed=set(lost))  # it can never land now
 
     group._copies = copy_or_lose
 
@@ -80,9 +79,9 @@ def main(pid_dir):
                 "sleep_s": 0.05})
     out = {"first": trainer.train()["num_samples"]}
     ranks = trainer.apply_all_workers(lambda: ray.get_runtime_context().get_node_id())
-    copies = locations(trainer._supervisor.commit)
+    copies = copy_nodes(trainer._supervisor)
     out["copies"] = {"distinct_rank_nodes": len(set(ranks)) == 2,
-                     "each_on_both_worker_nodes": all(n == sorted(ranks) for n in copies),
+                     "each_on_the_other_worker_node": copies == [[ranks[1]], [ranks[0]]],
                      "none_on_driver_node": all(driver_node not in n for n in copies)}
     out["seen"] = {"ranks": ranks, "copies": copies, "driver": driver_node}
 

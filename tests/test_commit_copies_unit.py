@@ -45,6 +45,9 @@ class FakeLanding:
     def sources_gone(self):
         return {1} if "b" in self.world.dead else set()
 
+    def readable(self, made):
+        return made
+
 
 class FakeWatch:
     ticket = 1

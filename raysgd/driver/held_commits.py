@@ -29,9 +29,7 @@ logger = logging.getLogger("raysgd")
 __all__ = ["HeldCommits", "NO_COPIES"]
 SAFE = "held"  # a part's place that no failure of a rank or its node reaches (the driver's)
 COPY_POLL_S = 0.5  # a call's end checks this often whether its commit's copies landed
-RECOVER_TRIES, RECOVER_WAIT_S = 5, 1.0  # a copied commit Ray reports lost, read again
-
-logger = logging.getLogger("raysgd")
+RECOVER_TRIES, RECOVER_WAIT_S = 3, 1.0  # a commit Ray reports a part of lost, read again
 
 
 def _point(commit: Commit, landing: Landing) -> Point:
@@ -87,33 +85,39 @@ class HeldCommits:
     def _tick(self) -> None:
         """Every tick of a running call's watch: pending commits whose copies landed become
         the restorable ones; draining nodes are looked at."""
+        self._landings()
+        self._watch_drains()
+
+    def _landings(self) -> None:
+        """Pending commits whose copies landed become the restorable ones."""
         for point in list(self.commits.pending):
             if point.payload[1].landed():
                 self._copied(point)
-        self._watch_drains()
 
     def _restore_commit(self, group: Any, **kwargs) -> None:
-        """The newest commit a lost node did not take a part of (``CommitProtocol.restore``);
-        one whose part Ray finds lost all the same is passed over for the next."""
-        newest, retries = self.commit.step, RECOVER_TRIES
+        """The newest commit a lost node did not take a part of (``CommitProtocol.restore``),
+        each part whose node went read from its copy. A part Ray reports lost is looked at
+        again a few times (its node's death may not be known yet), then that commit is
+        passed over for the next."""
+        newest, tries = self.commit.step, RECOVER_TRIES
+        self._landings()
         while True:
             point = self.commits.restore(self._lost_parts()).point
             if point is None:
                 raise CheckpointError(
                     f"every commit up to step {newest} lost a part with a node before its copy "
                     "landed; nothing is left to restore")
+            commit, landing = point.payload
             try:
-                group.restore(point.payload[0], **kwargs)
+                group.restore(landing.readable(commit), **kwargs)
             except Exception as exc:
                 if not lost_objects(exc):
                     raise
-                if point is self.commits.current and retries:
-                    # Its copies landed: Ray makes one of them the primary copy of an object
-                    # whose node went, a moment after it reports the object lost.
-                    retries -= 1
-                    time.sleep(RECOVER_WAIT_S)
-                    continue
-                self.commits.unreadable(point)
+                tries -= 1
+                if not tries:
+                    self.commits.unreadable(point)
+                    tries = RECOVER_TRIES
+                time.sleep(RECOVER_WAIT_S)
                 continue
             self.commits.restored(point.step)
             break

@@ -7,115 +7,136 @@ is copied to the node of the next rank on another node (the driver's node only w
 rank lives elsewhere), so no node ever stores the whole state for a commit (Ray)
 and the copies spread as evenly as the ranks.
 
+A copy is an object of its own, made by a zero-CPU task on the target node and owned by the
+driver, whose primary copy Ray pins there: it survives its source's node. (Ray's secondary
+copies do not: they may be evicted, and Ray's recovery of a lost object from one sometimes
+gives up at once, ``OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED``, with a copy listed alive.)
+
 A copy is started, not awaited: training goes on meanwhile. Each copy function returns a
 :class:`Landing`, which says once every copy is in place; until then the commit is pending
 (``raysgd.commits.protocol``): a restore still takes it while its nodes live, and a lost node
 sends the restore to the newest commit whose copies landed. A call's end waits for its
 commit's landing (``Supervisor._hold``), so no call returns a state a lost node can take.
+A restore reads a part from its copy once the part's own node is gone (:meth:`readable`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import ray
 from ray.exceptions import ObjectLostError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysgd.driver import placement
-from raysgd.driver.watch import pull_to_driver
 from raysgd.errors import WorkerFailedError
+from raysgd.state.commit import Commit
+
+
+@ray.remote(num_cpus=0, num_returns=2, max_retries=0)
+def _copy(parts: list) -> Tuple[Any, bool]:
+    """``parts[0]`` stored anew on this node (a list: Ray must not resolve it for the
+    caller); the second return is small, so the caller learns the copy is done without
+    fetching the copy."""
+    return ray.get(parts[0]), True
 
 
 @dataclass
 class Landing:
     """A commit's copies on their way. ``sources``: the ranks whose part needed one, and the
-    node it was made on; ``fetched``: refs copied to the driver's node; ``calls``: a peer's
-    ``copy_here`` call per ref it copies (True once the copy is local there)."""
+    node it was made on; ``parts``: those parts; ``copies``: their copies; ``waiting``: the
+    done flags of the copies still on their way; ``failed``: ranks whose copy failed with
+    their part's node gone (that part is lost)."""
 
     sources: Dict[int, str] = field(default_factory=dict)
-    fetched: List[Any] = field(default_factory=list)
-    calls: Dict[Any, Any] = field(default_factory=dict)  # call ref -> the ref it copies
+    parts: Dict[int, Any] = field(default_factory=dict)
+    copies: Dict[int, Any] = field(default_factory=dict)
+    waiting: Dict[int, Any] = field(default_factory=dict)
+    failed: Set[int] = field(default_factory=set)
+
+    def start(self, rank: int, node: Optional[str]) -> None:
+        target = NodeAffinitySchedulingStrategy(node or driver_node(), soft=False)
+        self.copies[rank], self.waiting[rank] = _copy.options(
+            scheduling_strategy=target).remote([self.parts[rank]])
 
     def landed(self, timeout_s: float = 0.0) -> bool:
-        """Whether every copy is in place, waiting up to ``timeout_s``. A peer's copy that
-        failed (its process died, its wait ran out) is made to the driver's node instead."""
-        if self.calls:
-            ready, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=timeout_s)
-            for call in ready:
-                ref = self.calls.pop(call)
+        """Whether every copy is in place, waiting up to ``timeout_s``. A copy that failed
+        (its target node went) is made again on the driver's node while its source lives."""
+        if self.waiting:
+            flags = list(self.waiting.values())
+            ready, _ = ray.wait(flags, num_returns=len(flags), timeout=timeout_s)
+            for rank in [rank for rank, flag in self.waiting.items() if flag in ready]:
                 try:
-                    done = ray.get(call)
+                    ray.get(self.waiting.pop(rank))
                 except RayError:
-                    done = False
-                if not done:
-                    pull_to_driver([ref])
-                    self.fetched.append(ref)
-        if self.fetched:
-            ready, _ = ray.wait(self.fetched, num_returns=len(self.fetched), timeout=timeout_s,
-                                fetch_local=True)
-            here = set(held_here(ready))
-            self.fetched = [ref for ref in self.fetched if ref not in here]
-        return not self.calls and not self.fetched
+                    if rank in self.sources_gone():
+                        self.failed.add(rank)
+                    else:
+                        self.start(rank, None)
+        return not self.waiting and not self.failed
 
     def sources_gone(self) -> Set[int]:
-        """The ranks whose part's node died before its copy landed: that part is lost."""
+        """The ranks whose part's node died."""
         gone = placement.gone_nodes(set(self.sources.values()))
         return {rank for rank, node in self.sources.items() if node in gone}
 
-
-def held_here(refs: List[Any]) -> List[Any]:
-    """Those of ``refs`` this node's store holds. ``ray.wait`` also counts an object lost with
-    its node as ready (reading it raises), so ready alone is not landed."""
-    if not refs or placement.driver_is_ray_client():
-        return list(refs)  # no locations to be had: trust the wait
-    here = ray.get_runtime_context().get_node_id()
-    where = ray.experimental.get_object_locations(refs, timeout_ms=2000)
-    return [ref for ref in refs if here in (where.get(ref, {}).get("node_ids") or ())]
+    def readable(self, commit: Commit) -> Commit:
+        """``commit`` with each part whose node died read from its copy instead (one that
+        landed: a restore takes a commit whose lost part has none only while it lives)."""
+        gone = self.sources_gone() & (set(self.copies) - set(self.waiting) - self.failed)
+        if not gone:
+            return commit
+        snapshots = [self.copies[rank] if rank in gone else ref
+                     for rank, ref in enumerate(commit.snapshots)]
+        return dataclasses.replace(commit, snapshots=snapshots)
 
 
 NO_COPIES = Landing()  # nothing to copy: a commit held where no failure of a rank reaches
+
+
+def driver_node() -> Optional[str]:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def _sources(snapshots: List[Any], nodes: Sequence[str], slab_ranks: Sequence[int]
              ) -> Dict[int, str]:
     """The ranks whose part lives off the driver's node, in Ray's store (a slab is the
     driver's, and a small part lives in the driver's memory)."""
-    driver_node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    here = driver_node()
     return {rank: nodes[rank] for rank, ref in enumerate(snapshots)
             if isinstance(ref, ray.ObjectRef) and rank < len(nodes) and rank not in slab_ranks
-            and nodes[rank] not in (driver_node, "local")}
+            and nodes[rank] not in (here, "local")}
 
 
-def _peer(rank: int, nodes: Sequence[str]) -> Optional[int]:
-    """The first rank after ``rank`` (cyclically) on another node, or None."""
+def _peer_node(rank: int, nodes: Sequence[str]) -> Optional[str]:
+    """The node of the first rank after ``rank`` (cyclically) on another node, or None."""
     count = len(nodes)
     for step in range(1, count):
-        other = (rank + step) % count
-        if nodes[other] != nodes[rank]:
+        other = nodes[(rank + step) % count]
+        if other not in (nodes[rank], "local"):
             return other
     return None
 
 
-def to_driver_node(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
-                   offset: int, slab_ranks: Sequence[int] = ()) -> Landing:
-    sources = _sources(snapshots, nodes, slab_ranks)
-    refs = [snapshots[rank] for rank in sources]
-    pull_to_driver(refs)
-    return Landing(sources, refs)
-
-
-def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
-                  offset: int, slab_ranks: Sequence[int] = ()) -> Landing:
-    """``offset``: 1 when rank 0 runs in the driver (``actors[rank - offset]``)."""
-    landing = Landing(_sources(snapshots, nodes, slab_ranks))
-    for rank in landing.sources:
-        ref, peer = snapshots[rank], _peer(rank, nodes)
-        if peer is None or peer < offset:  # no other node, or the peer is the driver itself
-            pull_to_driver([ref])
-            landing.fetched.append(ref)
-        else:  # a list: Ray must not resolve it
-            landing.calls[actors[peer - offset].copy_here.remote([ref])] = ref
+def _copied(snapshots: List[Any], sources: Dict[int, str],
+            targets: Dict[int, Optional[str]]) -> Landing:
+    landing = Landing(sources, {rank: snapshots[rank] for rank in sources})
+    for rank in sources:
+        landing.start(rank, targets[rank])
     return landing
+
+
+def to_driver_node(snapshots: List[Any], nodes: Sequence[str],
+                   slab_ranks: Sequence[int] = ()) -> Landing:
+    sources = _sources(snapshots, nodes, slab_ranks)
+    return _copied(snapshots, sources, dict.fromkeys(sources))
+
+
+def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str],
+                  slab_ranks: Sequence[int] = ()) -> Landing:
+    sources = _sources(snapshots, nodes, slab_ranks)
+    return _copied(snapshots, sources, {rank: _peer_node(rank, nodes) for rank in sources})
 
 
 def rehomed(snapshots: List[Any]) -> List[Any]:
@@ -125,7 +146,7 @@ def rehomed(snapshots: List[Any]) -> List[Any]:
     refs = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
     if not refs or not ray.is_initialized() or placement.driver_is_ray_client():
         return snapshots
-    here = ray.get_runtime_context().get_node_id()
+    here = driver_node()
     where = {ref: set(found.get("node_ids") or ()) for ref, found in
              ray.experimental.get_object_locations(refs, timeout_ms=2000).items()}
     held = set().union(*where.values()) - {here}
@@ -139,7 +160,7 @@ def rehomed(snapshots: List[Any]) -> List[Any]:
 
 def lost_objects(exc: BaseException) -> bool:
     """True when ``exc`` (or a rank's cause in it) is an object Ray lost with its node: a
-    commit part whose copy had not landed yet."""
+    commit part whose node went before the driver learnt of it."""
     causes = [f.error for f in exc.failures] if isinstance(exc, WorkerFailedError) else [exc]
     return any(isinstance(cause, ObjectLostError) for cause in causes)
 

@@ -34,14 +34,6 @@ PROGRESS_EVERY_S = 0.25
 LATE_S = 0.5
 
 
-def pull_to_driver(snapshots: List[Any]) -> None:
-    """Start copying a commit's snapshots to the driver's node (without waiting), so that
-    losing the node a worker ran on does not lose the commit."""
-    remote = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]
-    if remote:
-        ray.wait(remote, num_returns=len(remote), timeout=0, fetch_local=True)
-
-
 def fetch_to_driver(snapshots: List[Any]) -> List[Any]:
     """A commit's snapshots as values (the disk writer's ``fetch``)."""
     refs = [ref for ref in snapshots if isinstance(ref, ray.ObjectRef)]

@@ -304,8 +304,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     def copy_commit(self, commit: Commit) -> Landing:
         """Start copying ``commit``'s parts that a lost node could take to another node."""
-        return self._copies(commit.snapshots, self._nodes, self.actors,
-                            1 if self.use_local else 0, commit.slab_ranks)
+        return self._copies(commit.snapshots, self._nodes, commit.slab_ranks)
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 # How long a remote rank waits at a commit for the driver to take it before
 # training on regardless (it only waits that long if the driver stopped asking).
 COMMIT_WAIT_S = 10.0
-COPY_WAIT_S = 300.0  # a peer's copy of a commit gives up after this
 
 
 class _WorkerActor:
@@ -147,18 +146,6 @@ class _WorkerActor:
                                              "in_slab")} if snap else None
         return header, snap
 
-    # A copy of another rank's commit on this node (raysgd.driver.replicas), off the
-    # control thread so a transfer never delays a health check.
-    @ray.method(concurrency_group="copies")
-    def copy_here(self, refs: list) -> bool:
-        """Copy a peer's commit parts to this node; True once they are here."""
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=COPY_WAIT_S, fetch_local=True)
-        # A part lost with its node counts as ready too: landed only where this node holds it.
-        here = ray.get_runtime_context().get_node_id()
-        where = ray.experimental.get_object_locations(ready, timeout_ms=2000)
-        return len(ready) == len(refs) and all(
-            here in (where.get(ref, {}).get("node_ids") or ()) for ref in ready)
-
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
     # thread of their own, as they may wait for the shards' write to finish.
     @ray.method(concurrency_group="staging")
@@ -182,6 +169,6 @@ class _WorkerActor:
 
 # Two commit threads: a request from a new call can enter while one left over
 # from the previous call still waits, and releases it (see CommitHandoff.take).
-RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1,
+RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2,
                                                "staging": 1})(
     _WorkerActor)
