@@ -7,8 +7,9 @@ is copied to the node of the next rank on another node (the driver's node only w
 rank lives elsewhere), so no node ever stores the whole state for a commit (Ray)
 and the copies spread as evenly as the ranks.
 
-A copy is an object of its own, made by a zero-CPU task on the target node and owned by the
-driver, whose primary copy Ray pins there: it survives its source's node. (Ray's secondary
+A copy is an object of its own, returned by the target node's copier (one zero-CPU actor per
+node, :class:`Copiers`) and so owned by the driver, whose primary copy Ray pins there: it
+survives its source's node, and its copier too. (Ray's secondary
 copies do not: they may be evicted, and Ray's recovery of a lost object from one sometimes
 gives up at once, ``OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED``, with a copy listed alive.)
 
@@ -34,12 +35,46 @@ from raysgd.errors import WorkerFailedError
 from raysgd.state.commit import Commit
 
 
-@ray.remote(num_cpus=0, num_returns=2, max_retries=0)
-def _copy(parts: list) -> Tuple[Any, bool]:
-    """``parts[0]`` stored anew on this node (a list: Ray must not resolve it for the
-    caller); the second return is small, so the caller learns the copy is done without
-    fetching the copy."""
-    return ray.get(parts[0]), True
+@ray.remote(num_cpus=0, max_restarts=0)
+class _Copier:
+    """Copies commit parts to its node, one at a time (one process per node, not a task's
+    process per copy)."""
+
+    @ray.method(num_returns=2)
+    def copy(self, parts: list) -> Tuple[Any, bool]:
+        """``parts[0]`` stored anew on this node (a list: Ray must not resolve it for the
+        caller); the second return is small, so the caller learns the copy is done without
+        fetching the copy."""
+        return ray.get(parts[0]), True
+
+
+class Copiers:
+    """A worker group's copiers, one per target node, started at its first copy; ``close``
+    stops them (the copies they made stay: the driver owns them)."""
+
+    def __init__(self) -> None:
+        self._actors: Dict[str, Any] = {}
+
+    def copy(self, ref: Any, node: str) -> Tuple[Any, Any]:
+        """(the copy of ``ref`` on ``node``, its done flag)."""
+        actor = self._actors.get(node)
+        if actor is None:
+            target = NodeAffinitySchedulingStrategy(node, soft=False)
+            actor = self._actors[node] = _Copier.options(scheduling_strategy=target).remote()
+        return tuple(actor.copy.remote([ref]))
+
+    def nodes(self) -> Set[str]:
+        return set(self._actors)
+
+    def forget(self, nodes: Set[str]) -> None:
+        """``nodes`` went: a copy there starts a new copier (never, for a dead node)."""
+        for node in nodes & set(self._actors):
+            ray.kill(self._actors.pop(node), no_restart=True)
+
+    def close(self) -> None:
+        for actor in self._actors.values():
+            ray.kill(actor, no_restart=True)
+        self._actors.clear()
 
 
 @dataclass
@@ -54,11 +89,11 @@ class Landing:
     copies: Dict[int, Any] = field(default_factory=dict)
     waiting: Dict[int, Any] = field(default_factory=dict)
     failed: Set[int] = field(default_factory=set)
+    copiers: Optional[Copiers] = None
 
     def start(self, rank: int, node: Optional[str]) -> None:
-        target = NodeAffinitySchedulingStrategy(node or driver_node(), soft=False)
-        self.copies[rank], self.waiting[rank] = _copy.options(
-            scheduling_strategy=target).remote([self.parts[rank]])
+        self.copies[rank], self.waiting[rank] = self.copiers.copy(self.parts[rank],
+                                                                  node or driver_node())
 
     def landed(self, timeout_s: float = 0.0) -> bool:
         """Whether every copy is in place, waiting up to ``timeout_s``. A copy that failed
@@ -72,7 +107,8 @@ class Landing:
                 except RayError:
                     if rank in self.sources_gone():
                         self.failed.add(rank)
-                    else:
+                    else:  # its target went: the driver's node
+                        self.copiers.forget(placement.gone_nodes(self.copiers.nodes()))
                         self.start(rank, None)
         return not self.waiting and not self.failed
 
@@ -120,23 +156,24 @@ def _peer_node(rank: int, nodes: Sequence[str]) -> Optional[str]:
 
 
 def _copied(snapshots: List[Any], sources: Dict[int, str],
-            targets: Dict[int, Optional[str]]) -> Landing:
-    landing = Landing(sources, {rank: snapshots[rank] for rank in sources})
+            targets: Dict[int, Optional[str]], copiers: Copiers) -> Landing:
+    landing = Landing(sources, {rank: snapshots[rank] for rank in sources}, copiers=copiers)
     for rank in sources:
         landing.start(rank, targets[rank])
     return landing
 
 
-def to_driver_node(snapshots: List[Any], nodes: Sequence[str],
+def to_driver_node(snapshots: List[Any], nodes: Sequence[str], copiers: Copiers,
                    slab_ranks: Sequence[int] = ()) -> Landing:
     sources = _sources(snapshots, nodes, slab_ranks)
-    return _copied(snapshots, sources, dict.fromkeys(sources))
+    return _copied(snapshots, sources, dict.fromkeys(sources), copiers)
 
 
-def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str],
+def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], copiers: Copiers,
                   slab_ranks: Sequence[int] = ()) -> Landing:
     sources = _sources(snapshots, nodes, slab_ranks)
-    return _copied(snapshots, sources, {rank: _peer_node(rank, nodes) for rank in sources})
+    return _copied(snapshots, sources, {rank: _peer_node(rank, nodes) for rank in sources},
+                   copiers)
 
 
 def rehomed(snapshots: List[Any]) -> List[Any]:

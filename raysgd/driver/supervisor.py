@@ -36,6 +36,7 @@ from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
 from raysgd.driver.recovery import Decision, RecoveryPolicy
 from raysgd.driver.recovery_stats import RecoveryClock, RecoveryStats
+from raysgd.driver.replicas import Copiers
 from raysgd.driver.slabs import HeldSlabs
 from raysgd.errors import (CheckpointError, ResourcesUnavailableError, RetriesExhaustedError,
                            WorkerFailedError)
@@ -76,6 +77,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         self.stats = RecoveryStats(num_workers=num_workers)
         self.group, self.capabilities = None, []
         self._init_commits(num_workers)
+        self.copiers = Copiers()  # commits' copies off their nodes: one actor per node
         self._clock = RecoveryClock()  # the recovery under way: its parts' seconds
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
@@ -106,7 +108,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
 
     def _launch(self, count: int, recovering: bool):
         group = self.make_group(count, recovering)
-        group.slabs = self._group_slabs()
+        group.slabs, group.copiers = self._group_slabs(), self.copiers
         return group, group.start()
 
     # ---------------------------------------------------------------- calls
@@ -373,4 +375,5 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         if self.group is not None:
             self.group.shutdown(force=force)
             self.group = None
+        self.copiers.close()  # the commits their copies belong to go now too
         self._init_commits(self.target)

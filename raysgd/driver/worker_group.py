@@ -35,7 +35,7 @@ from raysgd.driver.pool import POOL, Crew
 from raysgd.driver.rejoin import Rejoin
 from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
-from raysgd.driver.replicas import Landing, commit_copies, rehomed
+from raysgd.driver.replicas import Copiers, Landing, commit_copies, rehomed
 from raysgd.driver.slabs import NO_SLABS, readable_on
 from raysgd.driver.watch import CallWatch
 from raysgd.errors import ResourcesUnavailableError
@@ -89,6 +89,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         # Remote workers moved off a draining node: their (placement group, bundle index).
         self._moved_seats: Dict[int, tuple] = {}
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
+        self.copiers = Copiers()  # what makes them, one actor per node (the supervisor's)
         self.slabs = NO_SLABS  # where each rank's next commit may go (the supervisor's)
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
@@ -304,7 +305,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     def copy_commit(self, commit: Commit) -> Landing:
         """Start copying ``commit``'s parts that a lost node could take to another node."""
-        return self._copies(commit.snapshots, self._nodes, commit.slab_ranks)
+        return self._copies(commit.snapshots, self._nodes, self.copiers, commit.slab_ranks)
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""
