@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
+from raysgd.commits.interval import AUTO
 from raysgd.constants import (BATCH_SIZE, SCHEDULER_STEP_BATCH, SCHEDULER_STEP_EPOCH,
                               SCHEDULER_STEP_MANUAL, env_seconds)
 from raysgd.errors import ConfigError
@@ -25,7 +26,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 FP16_MODES = (False, True, "fp16", "bf16", "apex")
 # In-epoch commit interval (batches); see bench/ for its measured cost.
-DEFAULT_COMMIT_EVERY = 50
+DEFAULT_COMMIT_EVERY = AUTO  # checkpoint_every_n_steps: chosen from what commits cost
 
 
 def apex_available() -> bool:
@@ -141,7 +142,6 @@ class WorkerSettings:
     timeout_s: float = 1800.0
     num_cpus_per_worker: float = 1
     num_gpus_per_worker: float = 1  # reserved per worker when use_gpu
-    commit_every: Optional[int] = DEFAULT_COMMIT_EVERY
     clip_grad_norm: Optional[float] = None  # the default train_batch clips to this norm
     accumulate_steps: int = 1  # the default train_batch splits each batch into this many
     strategy: Union[DDP, FSDP] = DDP()  # resolved by raysgd.strategy.resolve_strategy
@@ -234,11 +234,12 @@ def check_num_workers(num_workers: Any) -> int:
     return int(num_workers)
 
 
-def check_commit_every(every: Any) -> Optional[int]:
-    if every is not None and (isinstance(every, bool) or not isinstance(every, numbers.Integral)
-                              or every < 1):
-        raise ConfigError(f"checkpoint_every_n_steps must be a positive integer or None (commit "
-                          f"only at train() boundaries), got {every!r}.")
+def check_commit_every(every: Any) -> Union[int, str, None]:
+    if every is not None and every != AUTO and (
+            isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
+        raise ConfigError(f"checkpoint_every_n_steps must be \"auto\" (chosen from what commits "
+                          "cost), a positive integer or None (commit only at train() "
+                          f"boundaries), got {every!r}.")
     return every
 
 

@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from raysgd.commits.interval import create_interval
 from raysgd.config import (DEFAULT_COMMIT_EVERY, BatchSplit, WarmSettings, WorkerSettings,
                            check_choices, check_commit_every, check_max_retries,
                            check_global_batch, resolve_gpu,
@@ -56,7 +57,7 @@ class TorchTrainer:
                  use_fp16: Union[bool, str] = False, use_tqdm: Union[bool, str] = False,
                  apex_args: Optional[Dict[str, Any]] = None, add_dist_sampler: bool = True,
                  scheduler_step_freq: Optional[str] = None, use_local: bool = False,
-                 checkpoint_every_n_steps: Optional[int] = DEFAULT_COMMIT_EVERY,
+                 checkpoint_every_n_steps: Union[int, str, None] = DEFAULT_COMMIT_EVERY,
                  min_workers: int = 1, failure_config: Optional[FailureConfig] = None,
                  clip_grad_norm: Optional[float] = None, accumulate_steps: int = 1,
                  placement_timeout_s: Optional[float] = None,
@@ -114,8 +115,7 @@ class TorchTrainer:
             add_dist_sampler=add_dist_sampler, use_fp16=use_fp16, apex_args=apex_args,
             scheduler_step_freq=scheduler_step_freq, use_tqdm=use_tqdm, timeout_s=timeout_s,
             num_cpus_per_worker=num_cpus_per_worker, num_gpus_per_worker=num_gpus_per_worker,
-            commit_every=commit_every, clip_grad_norm=clip_grad_norm,
-            accumulate_steps=accumulate_steps, strategy=strategy,
+            clip_grad_norm=clip_grad_norm, accumulate_steps=accumulate_steps, strategy=strategy,
             staged_disk=disk.staged(strategy))
         self._warm = WarmSettings.create(
             reuse_workers, spare_workers, self.num_workers - (1 if self.use_local else 0),
@@ -135,9 +135,9 @@ class TorchTrainer:
         self._recorder = RunRecorder(disk, self.operator_cls, loggers)
         self._supervisor = Supervisor(
             self._make_group, self.num_workers, RecoveryPolicy(failure_config, self.num_workers),
-            timeout_s, local_ranks=1 if self.use_local else 0,
+            timeout_s, local_ranks=1 if self.use_local else 0, kept=self._recorder.held_commits,
             on_commit=self._recorder.commit_moved, on_driver_drain=self._recorder.save_now,
-            kept=self._recorder.held_commits)
+            interval=create_interval(commit_every, divides=disk.every_n_steps))
         try:
             # The checkpoint is read and checked, and the loggers set up, before any actor starts.
             self._start(self._recorder.open(self.config))

@@ -328,7 +328,8 @@ class World:
             rank.storing = None
         if rank.landing is not None and after >= rank.landing:
             rank.landing = None
-        named = self.proto.name(rank.rank, rank.node, rank.process, self.in_use(rank))
+        named = self.proto.name(rank.rank, rank.node, rank.process, self.in_use(rank),
+                                rank.runner)
         if named is not None:
             rank.target = named
         elif rank.node == DRIVER and not self.in_use(rank) and self._free_slot(rank):

@@ -19,6 +19,7 @@ PRESENT = ("memory_over_state_pss", "memory_over_state_rss", "cpu_per_commit_ran
 BARS = ("DDP steady ratio to the loop", "FSDP steady ratio to torchrun FSDP2",
         "host memory that grows with the state, beyond the loop's, ÷ the state (PSS)",
         "steps redone per killed rank, DDP",
+        "steps redone per killed rank ÷ the commit interval, FSDP",
         "training-thread time per commit at large ÷ one plain copy")
 
 
@@ -57,6 +58,7 @@ def test_bench_tax_quick_reports_every_figure(bench_quick):
             kill = runs["kill"][0]
             assert kill["final_step"] == kill["expected_final_step"], kill
             assert summary["steps_redone"] >= 0 and summary["kill_to_next_step_s"] > 0, summary
+            assert summary["interval_at_kill"] >= 1, summary  # "auto" chose one, printed too
         else:
             assert runs["kill"] == [] and summary["steps_redone"] is None, summary
     assert [bar["figure"] for bar in document["bars"]] == list(BARS)

@@ -84,7 +84,7 @@ class FakeGroup:
         self.on_commit, self.on_tick = on_commit, on_tick
         return FakeWatch()
 
-    def execute_pair(self, method, num_steps, profile, info, resume, ticket, watch=None):
+    def execute_pair(self, method, num_steps, profile, info, resume, ticket, every, watch=None):
         self.world.calls.append(("train", num_steps, resume))
         made, end = self.world.script.pop(0)
         for step in made:

@@ -198,6 +198,28 @@ def test_the_grown_rules_never_name_again_to_a_process_they_named_once():
     assert proto.name(0, "D", process=7) is not None
 
 
+def test_names_keyed_on_runners_are_named_again_after_a_replace():
+    """Today's driver (``buffer_owner="runner"``): a replace's survivors keep their processes
+    but not their runners, so they are named buffers again; an in-place rollback keeps both."""
+    proto = CommitProtocol(1, "D", TODAY)
+    assert proto.name(0, "D", process=7, runner="r1") is not None
+    proto.renewed(new_group=False)  # an in-place rollback: the same runner holds it still
+    assert proto.name(0, "D", process=7, runner="r1") is None
+    proto.renewed(new_group=False)  # a replace: the same process, a new runner
+    assert proto.name(0, "D", process=7, runner="r2") is not None
+
+
+def test_runner_keys_leave_only_the_dropped_parts_buffers_lost():
+    """The simulation agrees: keyed on runners, the driver overwrites nothing, and only a
+    part written to a buffer and then dropped (never reported) still loses one, so
+    ``"reported"`` stays the target."""
+    rules = dataclasses.replace(TARGET, buffer_owner="runner")
+    kinds = _kinds(rules)
+    assert kinds == {"buffer_lost"}, kinds
+    process = _kinds(dataclasses.replace(TARGET, buffer_owner="process"), 100)
+    assert process == {"buffer_lost"}
+
+
 def test_rules_refuse_an_unknown_choice():
     with pytest.raises(ConfigError, match="Rules.snapshot='copy'"):
         Rules(snapshot="copy")

@@ -273,23 +273,24 @@ def test_bf16_becomes_fsdps_mixed_precision_policy(ray_cpus):
         trainer.shutdown()
 
 
-def fsdp_run(pid_dir, spares, kill):
+def fsdp_run(pid_dir, spares, kill, every=3):
     """Three epochs of FaultyOperator under FSDP; rank 1 SIGKILLed mid second epoch if
-    ``kill``: (epochs, weights, recovery stats)."""
+    ``kill``: (epochs, weights, recovery stats, the interval of the call the kill came in)."""
     os.makedirs(pid_dir, exist_ok=True)
     config = {BATCH_SIZE: 32, "pid_dir": str(pid_dir), "sleep_s": 0.02}
     trainer = TorchTrainer(FaultyOperator, num_workers=2, use_gpu=False,
-                           strategy=FSDP(units=nn.Linear), checkpoint_every_n_steps=3,
+                           strategy=FSDP(units=nn.Linear), checkpoint_every_n_steps=every,
                            spare_workers=spares, config=config)
     try:
         epochs = [trainer.train()["epoch"]]
+        interval = trainer.recovery_stats.commit_interval  # the next call's
         before = trainer.apply_all_workers(os.getpid)
         if kill:
             kill_at_step(pid_dir, 1, 16 + 10)  # mid second epoch (16 steps per epoch)
         epochs += [trainer.train()["epoch"] for _ in range(2)]
         if kill:  # rank 0 kept its process, whether a spare or a new process took rank 1
             assert trainer.apply_all_workers(os.getpid)[0] == before[0]
-        return epochs, weights(trainer), trainer.recovery_stats
+        return epochs, weights(trainer), trainer.recovery_stats, interval
     finally:
         trainer.shutdown()
 
@@ -301,12 +302,16 @@ def unfaulted(ray_session, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("spares", [1, 0], ids=["spare", "new-process"])
-def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_path, spares):
-    ref_epochs, ref_weights, _ = unfaulted
-    epochs, got, stats = fsdp_run(tmp_path, spares, kill=True)
+@pytest.mark.parametrize("spares, every", [(1, 3), (0, "auto")], ids=["spare", "new-process"])
+def test_a_sigkilled_rank_under_fsdp_recovers_bitwise(unfaulted, ray_cpus, tmp_path, spares,
+                                                      every):
+    """With the default "auto" interval too: a kill redoes at most the interval the call
+    ran with, and the step in flight."""
+    ref_epochs, ref_weights, *_ = unfaulted
+    epochs, got, stats, interval = fsdp_run(tmp_path, spares, kill=True, every=every)
     assert stats.failures == 1 and stats.recoveries == 1 and stats.num_workers == 2
-    assert 0 <= stats.steps_lost <= 3 + 1
+    assert isinstance(interval, int) and (every == "auto" or interval == every)
+    assert 0 <= stats.steps_lost <= interval + 1
     assert epochs == ref_epochs
     for a, b in zip(got, ref_weights):
         assert torch.equal(a, b)

@@ -229,12 +229,13 @@ def test_worker_code_never_imports_driver_code():
 # Folder (or top-level module) -> the folders and top-level modules it may import (itself
 # always). The faces (raysgd/__init__, torch/) may import anything. Lazy imports count.
 LAYERS = {
-    "errors": set(), "constants": {"errors"}, "config": {"constants", "errors", "strategy", "state"},
+    "errors": set(), "constants": {"errors"}, "config": {"constants", "errors", "strategy", "state", "commits"},
     "strategy": {"errors"},
     "recovery": {"errors"}, "state": {"errors", "storage"}, "storage": {"errors"},
     "commits": {"errors"},
     "loggers": {"errors"}, "plot": {"errors"},
-    "worker": {"errors", "constants", "config", "state", "storage", "strategy", "data", "operator"},
+    "worker": {"errors", "constants", "config", "state", "storage", "strategy", "data", "operator",
+               "commits"},
     "data": {"errors", "worker"},
     "operator": {"errors", "worker", "creator_operator", "lightning"},
     "creator_operator": {"errors", "operator", "worker"},
@@ -242,7 +243,7 @@ LAYERS = {
     "driver": {"errors", "constants", "config", "recovery", "state", "commits", "storage",
                "worker", "data", "operator", "loggers"},
     "trainer": {"errors", "constants", "config", "recovery", "state", "storage", "strategy",
-                "worker", "data", "operator", "driver", "tune"},
+                "worker", "data", "operator", "driver", "tune", "commits"},
     "tune": {"errors", "config", "driver", "trainer", "worker"},
     "function": {"errors", "constants", "config", "state", "worker", "operator", "driver",
                  "trainer"},

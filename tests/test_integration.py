@@ -312,3 +312,20 @@ def test_a_killed_worker_with_max_retries_0_raises_the_typed_error(trainer_facto
     assert any(f.died for f in info.value.failures if f.rank == 1)
     with pytest.raises(TrainerShutdownError):
         trainer.train()
+
+
+def test_the_commit_interval_is_chosen_from_what_commits_cost(trainer_factory):
+    """checkpoint_every_n_steps="auto" (the default): the first call commits every 50 steps,
+    later ones as far apart as keeps the measured commits within 2 % of the training time.
+    Every rank uses the interval the driver chose, and profile= reports it."""
+    trainer = trainer_factory(config={BATCH_SIZE: 16})  # 32 steps per rank and pass
+    first = trainer.train(num_steps=60, profile=True)["profile"]
+    assert first["commit_interval"] == 50 and first["commits"] == 1  # at step 50
+    chosen = trainer.recovery_stats.commit_interval
+    assert isinstance(chosen, int) and chosen >= 1
+    second = trainer.train(num_steps=60, profile=True)["profile"]
+    assert second["commit_interval"] == chosen
+    assert second["commits"] == len([s for s in range(61, 121) if s % chosen == 0])
+    forced = trainer_factory(config={BATCH_SIZE: 16}, checkpoint_every_n_steps=7)
+    assert forced.train(num_steps=20, profile=True)["profile"]["commit_interval"] == 7
+    assert forced.recovery_stats.commit_interval == 7

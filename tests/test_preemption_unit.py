@@ -47,7 +47,8 @@ class FakeGroup:
         self.on_tick = on_tick
         return FakeWatch()
 
-    def execute_pair(self, method, remaining, profile, info, resume, ticket, watch=None):
+    def execute_pair(self, method, remaining, profile, info, resume, ticket, every,
+                     watch=None):
         self.world.calls.append((remaining, resume))
         self.world.draining.update(self.world.drain_in_call)
         for _ in range(3):

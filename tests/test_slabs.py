@@ -82,6 +82,22 @@ def test_a_newcomer_restores_a_slab_commit_and_the_run_ends_as_an_unfaulted_one(
     assert _same(_weights(faulted), expected)
 
 
+@pytest.mark.slow
+def test_a_survivor_gets_a_slab_again_after_a_newcomer_took_a_dead_ranks_place(
+        trainer_factory, tmp_path):
+    """Issue 70's third risk: the survivor keeps its process but gets a new runner, which
+    holds no slab; the driver must name it one again, or its commits all go to Ray's store
+    (the memory that grew with every failure)."""
+    trainer = trainer_factory(WideOperator, config={**CONFIG, "pid_dir": str(tmp_path)})
+    trainer.train()
+    with open(tmp_path / "rank1") as handle:
+        os.kill(int(handle.read()), signal.SIGKILL)  # rank 0 survives with the full state
+    trainer.train()
+    assert trainer.recovery_stats.failures == 1
+    trainer.train()
+    assert trainer._supervisor.commit.slab_ranks == (0,), trainer._supervisor.commit
+
+
 def test_a_checkpoint_written_from_a_slab_commit_holds_the_trained_state(
         trainer_factory, tmp_path):
     trainer = trainer_factory(WideOperator, config=CONFIG, checkpoint_dir=str(tmp_path))

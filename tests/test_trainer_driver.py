@@ -57,7 +57,8 @@ class FakeWorkerGroup:
         from raysgd.state.commit import Commit
 
         if method == "train_and_commit":
-            metrics = self.execute("train_epoch", *args[:-1])  # the last: the call's ticket
+            # The last two: the call's ticket and its commit interval.
+            metrics = self.execute("train_epoch", *args[:-2])
             headers = [{"step": 0, "call_done": 0, "metrics": m, "first_step_wall": None}
                        for m in metrics]
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from raysgd.config import DEFAULT_COMMIT_EVERY
+from raysgd.commits.interval import START as COMMIT_EVERY  # "auto"'s first interval
 
 from bench.catalog import Variant, pick
 
@@ -45,12 +45,12 @@ class Entry:
 _R = "bench.recovery."
 ENTRIES: Tuple[Entry, ...] = (
     Entry(Variant("raysgd_recovery",
-                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps, spare worker (default)",
-                  _R + "raysgd_kill", ("--commit-every", str(DEFAULT_COMMIT_EVERY))),
+                  f"raysgd, commit every {COMMIT_EVERY} steps, spare worker (default)",
+                  _R + "raysgd_kill", ("--commit-every", str(COMMIT_EVERY))),
           "recovery", RAYSGD_RECOVERY_FIGURES),
     Entry(Variant("raysgd_recovery_nospare",
-                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps, spare_workers=0",
-                  _R + "raysgd_kill", ("--commit-every", str(DEFAULT_COMMIT_EVERY),
+                  f"raysgd, commit every {COMMIT_EVERY} steps, spare_workers=0",
+                  _R + "raysgd_kill", ("--commit-every", str(COMMIT_EVERY),
                                        "--spare-workers", "0")),
           "recovery", RAYSGD_RECOVERY_FIGURES),
     Entry(Variant("raytrain_recovery",
@@ -69,8 +69,8 @@ ENTRIES: Tuple[Entry, ...] = (
                   _R + "raysgd_commit", ("--commit-every", "none")),
           "throughput", THROUGHPUT_FIGURES),
     Entry(Variant("raysgd_commit_default",
-                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps (default)",
-                  _R + "raysgd_commit", ("--commit-every", str(DEFAULT_COMMIT_EVERY))),
+                  f"raysgd, commit every {COMMIT_EVERY} steps (auto's first interval)",
+                  _R + "raysgd_commit", ("--commit-every", str(COMMIT_EVERY))),
           "throughput", THROUGHPUT_FIGURES + ("commit_interval",)),
     Entry(Variant(f"raysgd_commit_{DENSE_COMMIT_EVERY}",
                   f"raysgd, commit every {DENSE_COMMIT_EVERY} steps",

@@ -18,7 +18,7 @@ import ray
 
 import raysgd
 from raysgd import TorchTrainer
-from raysgd.config import DEFAULT_COMMIT_EVERY
+from raysgd.commits.interval import AUTO
 from raysgd.utils import BATCH_SIZE
 
 from bench.child import emit
@@ -27,10 +27,21 @@ from bench.recovery.step_operator import StepLogOperator
 from bench.recovery.steplog import Killer, analyse, read_log, read_setups
 
 
+def _interval(value: str):
+    return AUTO if value == AUTO else int(value)
+
+
+def _at_kill(intervals, step, steps_per_epoch):
+    """The interval of the call the kill came in (the first call is the warm-up epoch)."""
+    if step is None or not intervals:
+        return None
+    return intervals[min(len(intervals) - 1, max(0, step // steps_per_epoch - 1))]
+
+
 def _extra(parser) -> None:
     parser.add_argument("--num-workers", type=int, default=2)
-    parser.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
-                        help="checkpoint_every_n_steps (default: raysgd's default, %(default)s)")
+    parser.add_argument("--commit-every", type=_interval, default=AUTO,
+                        help="checkpoint_every_n_steps: 'auto' (raysgd's default) or a number")
     parser.add_argument("--victim-rank", type=int, default=1)
     parser.add_argument("--spare-workers", type=int, default=None,
                         help="spare_workers (default: not passed, raysgd's default)")
@@ -89,7 +100,9 @@ def main() -> None:
         killer = Killer(step_dir, target, lambda: pids[args.victim_rank],
                         final_step=final_step)
         killer.start()
+        intervals = []  # each call's commit interval ("auto" chooses one per call)
         for _ in range(RECOVERY_EPOCHS - 1):
+            intervals.append(trainer.recovery_stats.commit_interval)
             trainer.train()
         killer.join(timeout=1)
         stats = trainer.recovery_stats
@@ -100,7 +113,8 @@ def main() -> None:
     shutil.rmtree(step_dir, ignore_errors=True)
     figures = {"kill_step": target, "killed_at_step": killer.step_at_kill,
                "kill_error": killer.error or (None if killer.kill_time else "training ended first"),
-               "commit_interval": args.commit_every,
+               "commit_interval": _at_kill(intervals, killer.step_at_kill, steps_per_epoch),
+               "commit_every": args.commit_every,
                "spare_workers": args.spare_workers, "strategy": args.strategy, "gpu": args.gpu,
                "warm_spare_wait_s": waited, "spare_warm_at_kill": warm,
                "first_step_s": records[0][1] - t0 if records else None,

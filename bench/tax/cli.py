@@ -90,7 +90,8 @@ def describe(run: Dict[str, Any]) -> str:
     if not run["ok"]:
         return "FAILED: " + run["error"].splitlines()[0]
     if "steps_rerun" in run:
-        return (f"kill at step {run['killed_at_step']}, {run['steps_rerun']} step(s) re-run, "
+        return (f"kill at step {run['killed_at_step']}, {run['steps_rerun']} step(s) re-run "
+                f"(commit interval {run.get('commit_interval')}), "
                 f"next step after {run['recovery_s']:.2f}s, wall {run['wall_s']:.1f}s")
     return (f"{run['steady_samples_per_s']:.0f} samples/s, epochs "
             + " ".join(f"{s:.2f}" for s in run["epoch_s"])

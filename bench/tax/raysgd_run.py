@@ -19,7 +19,7 @@ from torch import nn
 
 import raysgd
 from raysgd import TorchTrainer
-from raysgd.config import DEFAULT_COMMIT_EVERY
+from raysgd.commits.interval import AUTO, START
 from raysgd.utils import BATCH_SIZE
 
 from bench.child import emit, parse_args, set_threads
@@ -73,8 +73,8 @@ def _spent(before: Dict[str, Any], after: Dict[str, Any]) -> Dict[str, float]:
 
 def commit_probe(trainer: TorchTrainer, step: int, pids: List[int]) -> Dict[str, Any]:
     """Two equal calls, without and with one in-epoch commit (see the module's docstring);
-    ``pids``: the ranks' processes."""
-    every = DEFAULT_COMMIT_EVERY
+    ``pids``: the ranks' processes. A probing trainer commits every ``START`` steps."""
+    every = START
     filler, m = probe_steps(step, every)
     if filler:
         trainer.train(num_steps=filler)
@@ -104,6 +104,7 @@ def main() -> None:
         strategy = raysgd.FSDP(units=nn.Linear) if args.strategy == "fsdp" else "ddp"
         trainer = TorchTrainer(training_operator_cls=BenchOperator, num_workers=args.num_workers,
                                num_cpus_per_worker=args.threads, strategy=strategy,
+                               checkpoint_every_n_steps=START if args.probe else AUTO,
                                **gpu_settings(args),
                                config={BATCH_SIZE: workload.batch_size,
                                        "workload": args.workload, "mode": args.mode})
@@ -116,6 +117,7 @@ def main() -> None:
             epoch_s.append(time.perf_counter() - start)
             commits.append(commit_fields(results))
         spares = len(trainer._supervisor.group.spares)  # the bench reads what the default kept
+        interval = trainer.recovery_stats.commit_interval  # the next call's
         probe = (commit_probe(trainer, workload.epochs * steps_per_epoch, pids) if args.probe
                  else None)
         trainer.shutdown()
@@ -124,7 +126,8 @@ def main() -> None:
     steady = (workload.epochs - 1) * workload.num_samples / sum(epoch_s[1:])
     emit({"strategy": args.strategy, "world": args.num_workers, "epoch_s": epoch_s,
           "steady_samples_per_s": steady, "steps_per_epoch": steps_per_epoch,
-          "commit_every": DEFAULT_COMMIT_EVERY, "epoch_commits": commits, "spares": spares,
+          "commit_every": START if args.probe else AUTO, "commit_interval": interval,
+          "epoch_commits": commits, "spares": spares,
           "probe": probe})
 
 

@@ -19,6 +19,8 @@ BARS = (
      lambda v: v <= 1.0),
     ("steps_redone", "steps redone per killed rank, DDP", "<= 1",
      [("ddp", s) for s in ("small", "medium", "large")], lambda v: v <= 1),
+    ("redone_over_interval", "steps redone per killed rank ÷ the commit interval, FSDP",
+     "<= 1", [("fsdp", s) for s in ("small", "medium", "large")], lambda v: v <= 1),
     ("hold_over_copy", "training-thread time per commit at large ÷ one plain copy",
      "<= 0.10", [("ddp", "large"), ("fsdp", "large")], lambda v: v <= 0.10),
 )
@@ -78,6 +80,9 @@ def cell_summary(runs: Dict[str, list], copy: Optional[Dict[str, Any]], strategy
         "cpu_per_commit_ranks_s": probe.get("cpu_per_commit_ranks_s"),
         "cpu_per_commit_tree_s": probe.get("cpu_per_commit_tree_s"),
         "steps_redone": kill[0]["steps_rerun"] if kill else None,
+        "interval_at_kill": kill[0].get("commit_interval") if kill else None,
+        "redone_over_interval": _div(kill[0]["steps_rerun"], kill[0].get("commit_interval"))
+        if kill else None,
         "kill_to_next_step_s": kill[0]["recovery_s"] if kill else None,
         "spares": _median(r.get("spares") for r in raysgd)}
     out["steady_ratio"] = _div(out["raysgd_samples_per_s"], out["loop_samples_per_s"])
@@ -125,7 +130,8 @@ def bars(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
         names = [f"{s}/{z}" for s, z in cells] if cells else [
             name for name, doc in results.items() if doc["summary"].get(key) is not None]
         values = {name: results[name]["summary"][key] for name in names if name in results
-                  and (key != "steps_redone" or results[name]["runs"]["kill"])}
+                  and (key not in ("steps_redone", "redone_over_interval")
+                       or results[name]["runs"]["kill"])}
         complete = bool(values) and len(values) == len(names) and None not in values.values()
         judged = [test(v) for v in values.values() if v is not None]
         met = False if not all(judged) else True if complete else None
@@ -164,7 +170,8 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
                        _fmt(s["memory_over_state_pss"]), _fmt(s.get("memory_growth_pss")),
                        _fmt(s["raysgd_peak_rss_mib"], digits=0),
                        _fmt(s["loop_peak_rss_mib"], digits=0), _fmt(s["memory_over_state_rss"]),
-                       _fmt(s["steps_redone"], digits=0), _fmt(s["kill_to_next_step_s"])])
+                       _fmt(s["steps_redone"], digits=0), _fmt(s.get("interval_at_kill"), digits=0),
+                       _fmt(s["kill_to_next_step_s"])])
     bar_rows = [[b["figure"], ", ".join(f"{name} {_fmt(v, digits=0 if _whole(v) else 3)}"
                                         for name, v in b["values"].items()) or "n/a",
                  b["bar"], {True: "yes", False: "NO", None: "n/a"}[b["met"]]] for b in table]
@@ -179,7 +186,7 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
                                   "beyond ÷ state (PSS)", "growth ÷ state (PSS)",
                                   "peak RSS raysgd (MiB)",
                                   "peak RSS loop (MiB)", "beyond ÷ state (RSS)",
-                                  "steps redone", "kill→next step (s)"]),
+                                  "steps redone", "commit interval", "kill→next step (s)"]),
         tabulate(bar_rows, headers=["figure", "values", "bar", "met"])]) + "\n"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from raysgd.config import DEFAULT_COMMIT_EVERY
+from raysgd.commits.interval import START as COMMIT_EVERY  # "auto"'s first interval
 
 from bench.catalog import Variant, pick
 from bench.recovery import catalog as recovery
@@ -60,9 +60,9 @@ ENTRIES: Tuple[Entry, ...] = (
     # The kill once the spare has warmed up (in a long run's idle moments, or on a free core);
     # the recovery benchmark's own two kill runs below come while a spare may still warm.
     Entry(Variant("raysgd_recovery_warm",
-                  f"raysgd, commit every {DEFAULT_COMMIT_EVERY} steps, the kill once the spare "
+                  f"raysgd, commit every {COMMIT_EVERY} steps, the kill once the spare "
                   "is warm", "bench.recovery.raysgd_kill",
-                  ("--commit-every", str(DEFAULT_COMMIT_EVERY), "--warm-spare")),
+                  ("--commit-every", str(COMMIT_EVERY), "--warm-spare")),
           "recovery", recovery.RAYSGD_RECOVERY_FIGURES),
     *(Entry(recovery.BY_NAME[name].variant, "recovery", recovery.BY_NAME[name].figures)
       for name in RECOVERY_RUNS),

@@ -137,16 +137,19 @@ class CommitProtocol:
             keep |= {p.buffer for p in parts.values() if p.buffer is not None}
         return keep
 
-    def name(self, rank: int, node: str, process: Any, in_use: Collection[int] = ()
-               ) -> Optional[Named]:
+    def name(self, rank: int, node: str, process: Any, in_use: Collection[int] = (),
+             runner: Any = None) -> Optional[Named]:
         """The buffer to name to ``rank`` with a request: None when it still holds one, when
         it is off the driver's node, or when every slot holds a needed part. ``in_use``: the
         buffer versions the rank reports holding or having unsent parts in (read only under
-        ``Rules.buffer_owner="reported"``; today's rules trust the driver's memory)."""
+        ``Rules.buffer_owner="reported"``; the others trust the driver's memory of what it
+        named to the rank's ``process``, or to its ``runner`` under "runner")."""
+        if self.rules.buffer_owner == "runner":
+            process = runner
         if node != self.driver_node:
             return None
         named = self._named.get(rank)
-        if self.rules.buffer_owner == "process":
+        if self.rules.buffer_owner != "reported":  # the driver's memory of what it named
             if named is not None and named.owner == process:
                 return None
             busy: Set[int] = set()
@@ -169,9 +172,10 @@ class CommitProtocol:
         return self._named.get(rank)
 
     def renewed(self, new_group: bool) -> None:
-        """Every rank has a new runner (a replace, a restart): a new group's ranks hold no
-        buffer named before. A replace keeps the processes, so under today's rules the
-        driver goes on believing they hold theirs (``Rules.buffer_owner``)."""
+        """Every rank has a new runner (a replace, a restart), which holds no buffer named
+        before. A replace keeps the processes, so keyed on processes the driver goes on
+        believing they hold theirs (``Rules.buffer_owner="process"``; "runner" keys
+        names on the runner :meth:`name` is told of)."""
         if new_group:
             self._named.clear()
         self._forming.clear()

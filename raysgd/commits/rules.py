@@ -31,11 +31,13 @@ _CHOICES = {
     # protocol drops that step on every rank.
     "write_check": ("next_settle", "before_sent"),
     # How the driver knows which buffer a rank holds. "process": from its own memory of what
-    # it named, keyed on the actor's process and forgotten only for a new group
-    # (driver/slabs.py), although a replace gives every rank a new runner with none, and a
-    # part written to a buffer and then dropped never reports it used. "reported": each
-    # answer of the rank says which buffers its runner still holds or has parts in.
-    "buffer_owner": ("process", "reported"),
+    # it named, keyed on the actor's process and forgotten only for a new group, although a
+    # replace gives every rank a new runner with none, and a part written to a buffer and
+    # then dropped never reports it used. "runner": the same memory keyed on the rank's
+    # runner (driver/slabs.py with WorkerGroup.process_keys), so a replace's new runners are
+    # named buffers again; the dropped part still goes unreported. "reported": each answer
+    # of the rank says which buffers its runner still holds or has parts in.
+    "buffer_owner": ("process", "runner", "reported"),
     # When a new commit becomes the one a recovery falls back to. "assembled": once every
     # rank's part is held, with the one before kept as a fallback until its copies land, and
     # what made it re-run before the next call that changes state (the driver's catch-up,
@@ -62,7 +64,8 @@ class Rules:
 
 GROWN = Rules(snapshot="view", unacknowledged="train_on", write_check="next_settle",
               buffer_owner="process", current_when="assembled")
-# The supervisor runs on CommitProtocol with "copied"; the ranks' side still has the rest.
+# The supervisor runs on CommitProtocol with "copied", its slabs keyed on runners; the ranks'
+# side still has the rest.
 TODAY = Rules(snapshot="view", unacknowledged="train_on", write_check="next_settle",
-              buffer_owner="process", current_when="copied")
+              buffer_owner="runner", current_when="copied")
 TARGET = Rules()

@@ -44,6 +44,9 @@ class RecoveryStats:
     handover_times_s: List[float] = field(default_factory=list)
     # Per recovery, where its seconds went (``RecoveryClock``'s parts), in recovery order.
     recovery_phases: List[Dict[str, float]] = field(default_factory=list)
+    # Steps between in-epoch commits in the next train() call (None: none inside a call);
+    # chosen per call under checkpoint_every_n_steps="auto" (raysgd.commits.interval).
+    commit_interval: Optional[int] = None
 
     @property
     def last_recovery_s(self) -> Optional[float]:

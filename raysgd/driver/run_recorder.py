@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import numbers
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from raysgd.errors import ConfigError
 from raysgd.loggers import CSVLogger, LoggerHub
@@ -44,7 +44,7 @@ class DiskSettings:
 
     @classmethod
     def create(cls, checkpoint_dir: Any, keep_checkpoints: Any, every_n_steps: Any, resume: Any,
-               score_attr: Any, score_mode: Any, commit_every: Optional[int],
+               score_attr: Any, score_mode: Any, commit_every: Union[int, str, None],
                in_process: bool = False, filesystem: Any = None) -> "DiskSettings":
         """``in_process``: one rank, in the driver, which takes no in-epoch commits;
         ``filesystem``: ``storage_filesystem``, a ``pyarrow.fs.FileSystem``."""
@@ -83,7 +83,7 @@ def _check_positive(name: str, value: Any, none_means: str) -> None:
                           f"got {value!r}.")
 
 
-def _check_in_epoch_commits(every_n_steps: int, commit_every: Optional[int],
+def _check_in_epoch_commits(every_n_steps: int, commit_every: Union[int, str, None],
                             in_process: bool) -> None:
     """Only in-epoch commits reach the disk inside an epoch: they must exist and line up."""
     if in_process:
@@ -95,7 +95,7 @@ def _check_in_epoch_commits(every_n_steps: int, commit_every: Optional[int],
         raise ConfigError("checkpoint_every_n_steps_to_disk needs in-epoch commits, but "
                           "checkpoint_every_n_steps=None turned them off; pass e.g. "
                           f"checkpoint_every_n_steps={every_n_steps}.")
-    if every_n_steps % commit_every:
+    if isinstance(commit_every, int) and every_n_steps % commit_every:  # "auto" aligns itself
         raise ConfigError(
             f"checkpoint_every_n_steps_to_disk={every_n_steps} must be a multiple of "
             f"checkpoint_every_n_steps={commit_every}: only commits reach the disk. Use e.g. "

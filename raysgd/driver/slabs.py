@@ -83,8 +83,8 @@ class CommitSlabs:
         name one to, default all); None where it goes to Ray's store or still has one named
         (a rank keeps that). ``held``: the commits (or None) the driver still needs;
         ``needed``: more versions it needs (parts of a commit being assembled); ``here``:
-        the driver's node; ``processes``: a key per rank's process (a slab named to a
-        process that is gone is forgotten)."""
+        the driver's node; ``processes``: a key per rank's runner (a slab named to a
+        runner that is gone is forgotten: ``WorkerGroup.process_keys``)."""
         nothing: List[Optional[SlabTarget]] = [None] * len(nodes)
         here = here or _driver_node()
         if self._closed or here is None or here not in nodes or _ray_client():

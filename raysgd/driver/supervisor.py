@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
+from raysgd.commits.interval import create_interval
+from raysgd.config import DEFAULT_COMMIT_EVERY
 from raysgd.driver.held_commits import NO_COPIES, HeldCommits
 from raysgd.driver.preemption import Preemption
 from raysgd.driver.progress import NULL_PROGRESS
@@ -67,7 +69,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
                  policy: RecoveryPolicy, timeout_s: float, local_ranks: int = 0,
                  on_commit: Optional[Callable[[Commit, bool], None]] = None, drains=None,
                  on_driver_drain: Optional[Callable[[Commit, Optional[float]], None]] = None,
-                 kept: Optional[Callable[[], List[Commit]]] = None):
+                 kept: Optional[Callable[[], List[Commit]]] = None, interval: Any = None):
         self.make_group = make_group
         # Told of every new commit (and whether it was taken inside a train() call).
         self.on_commit = on_commit or (lambda commit, in_epoch: None)
@@ -75,6 +77,9 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         self.policy = policy
         self.timeout_s, self.local_ranks = timeout_s, local_ranks  # ranks in the driver
         self.stats = RecoveryStats(num_workers=num_workers)
+        # How far apart in-epoch commits are (raysgd.commits.interval): told each call's cost.
+        self.interval = interval or create_interval(DEFAULT_COMMIT_EVERY)
+        self.stats.commit_interval = self.interval.current.steps
         self.group, self.capabilities = None, []
         self._init_commits(num_workers)
         self.copiers = Copiers()  # commits' copies off their nodes: one actor per node
@@ -134,7 +139,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
             try:
                 headers, commit = self.group.execute_pair(
                     "train_and_commit", remaining, profile, call.info, resume, watch.ticket,
-                    watch=watch)
+                    self.interval.current.steps, watch=watch)
                 stopped = bool(headers[0].get("stopped"))
                 # A stop's commit too: the draining node may go once the ranks moved.
                 self._moved(commit, in_epoch=stopped, settle=True)
@@ -146,6 +151,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
                                 read_data=True)
                 raise
             if not stopped:
+                self._observe(headers)
                 return headers
             # Every rank stopped at the agreed step: move the draining node's ranks.
             self._hand_over_safely(stopped=True)
@@ -185,6 +191,11 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         except WorkerFailedError as failure:
             self._recover(failure)
 
+    def _observe(self, headers: List[dict]) -> None:
+        """What commits cost the ranks in the call that just ended: the next call's interval."""
+        self.interval.observe([h["cost"] for h in headers if h.get("cost")])
+        self.stats.commit_interval = self.interval.current.steps
+
     def _set_commit(self, commit: Commit) -> None:
         self._moved(commit, in_epoch=True)
 
@@ -198,6 +209,8 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
     def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
         """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
+        self.interval.failed()
+        self.stats.commit_interval = self.interval.current.steps
         self._clock.start(since=failure.last_seen)
         with self._clock.phase("survivors"):
             self._from_survivors(failure)

@@ -91,6 +91,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
         self.copiers = Copiers()  # what makes them, one actor per node (the supervisor's)
         self.slabs = NO_SLABS  # where each rank's next commit may go (the supervisor's)
+        self._runners = 0  # runner generations started (a slab is named to one runner)
         self._first_bundle = 0
         self._watches = 0  # numbers each call's commit requests
         # Set when the last call failed while other ranks were still inside it
@@ -254,11 +255,11 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         return list(self._nodes)
 
     def _start_runners(self, infos: List[Dict[str, Any]]) -> None:
+        self._runners += 1  # every rank's runner is new: no slab named before is held
         local = local_ranks([info["node_id"] for info in infos])
         kwargs = [{"operator_cls": self.operator_cls, "config": self.config_for_rank(rank),
                    "settings": self.settings,
-                   "rank": RankInfo(rank, local[rank], self.num_workers),
-                   "commit_every": self.settings.commit_every}
+                   "rank": RankInfo(rank, local[rank], self.num_workers)}
                   for rank in range(self.num_workers)]
         remote_kwargs = kwargs[1:] if self.use_local else kwargs
         # A remote rank's commits are return values Ray stores before the driver sees them,
@@ -299,9 +300,10 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
                                     headers[0].get("epochs_done", 0), headers)
 
     def process_keys(self) -> List[Any]:
-        """Per rank, its process (a slab named to a process that is gone is forgotten)."""
-        local = ["local"] if self.local_runner is not None else []
-        return local + [actor._actor_id.hex() for actor in self.actors]
+        """Per rank, its runner: a slab named to a runner that is gone is forgotten. A
+        survivor keeps its process but gets a new runner (``replace``), which holds none."""
+        local = [f"local/{self._runners}"] if self.local_runner is not None else []
+        return local + [f"{actor._actor_id.hex()}/{self._runners}" for actor in self.actors]
 
     def copy_commit(self, commit: Commit) -> Landing:
         """Start copying ``commit``'s parts that a lost node could take to another node."""

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from raysgd.commits.interval import CallCost
 from raysgd.config import RankInfo, WorkerSettings
 from raysgd.constants import BATCH_SIZE
 from raysgd.data.dataset_config import is_ray_dataset
@@ -39,6 +40,7 @@ from raysgd.worker.timers import NULL_TIMERS, TimerCollection
 
 
 WHERE_AFTER_S = 0.5  # idle this long before a progress report says where the rank is
+SAME = "same"  # train_and_commit's commit_every when the call keeps the runner's interval
 
 
 def _unpacked(state: Dict[str, Any]) -> Dict[str, Any]:
@@ -68,6 +70,7 @@ class WorkerRunner(RunnerState):
         self._val_passes: Optional[Passes] = None
         self._train_epoch: Optional[EpochCaller] = None
         self.commit_every = commit_every
+        self.last_cost: Optional[CallCost] = None  # what commits cost the last train() call
         # In-epoch commits on their way to the driver; ``commit_views``: they view the
         # parameters and optimizer state instead of copying them (worker/live_state.py).
         self._commits = RankCommits(commit_wait_s, commit_views)
@@ -164,9 +167,12 @@ class WorkerRunner(RunnerState):
         self._commits.settle()  # the call's end: no commit may view what the next call changes
         self._survivor.clear()
         result = {"epoch": self._passes.epoch, **metrics}
+        took, commits = time.perf_counter() - start, self._commits.stats()
+        self.last_cost = CallCost(iterator.done, took, commits["commits"],
+                                  commits["commit_hold_s"])
         if profile:
-            result["profile"] = {**operator.timers.stats(), **self._commits.stats(),
-                                 "train_epoch_s": time.perf_counter() - start}
+            result["profile"] = {**operator.timers.stats(), **commits, "train_epoch_s": took,
+                                 "commit_interval": self.commit_every}
         operator.timers = NULL_TIMERS
         return result
 
@@ -201,11 +207,15 @@ class WorkerRunner(RunnerState):
 
     def train_and_commit(self, num_steps: Optional[int] = None, profile: bool = False,
                          info: Optional[dict] = None, resume: bool = False, ticket: int = 0,
-                         slab: Optional[SlabTarget] = None):
+                         commit_every: Any = SAME, slab: Optional[SlabTarget] = None):
         """``train_epoch`` and the commit of its end state (into ``slab`` if given),
         returned together; or, when the ranks agreed to stop at a step (``stop_point``),
         that step's commit (``stopped``). ``ticket``: the driver's call, whose commit
-        requests alone may take this call's in-epoch commits (``CommitHandoff.begin``)."""
+        requests alone may take this call's in-epoch commits (``CommitHandoff.begin``);
+        ``commit_every``: this call's interval (``raysgd.commits.interval``), the same on
+        every rank. The header's ``cost`` says what commits cost this rank in the call."""
+        if commit_every != SAME:
+            self.commit_every = commit_every
         self._commits.handoff.begin(ticket)
         self._slabs.offer(slab)
         self.stop_point.open(self._passes.steps)
@@ -219,7 +229,8 @@ class WorkerRunner(RunnerState):
         finally:
             self.stop_point.close()
         header, snap = self.snapshot_pair()
-        return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall}, snap
+        return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall,
+                "cost": self.last_cost}, snap
 
     def snapshot_pair(self, slab: Optional[SlabTarget] = None):
         """A commit between calls: a small header and the snapshot (its tensors in the slab
