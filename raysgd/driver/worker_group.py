@@ -300,8 +300,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
                                     headers[0].get("epochs_done", 0), headers)
 
     def process_keys(self) -> List[Any]:
-        """Per rank, its runner: a slab named to a runner that is gone is forgotten. A
-        survivor keeps its process but gets a new runner (``replace``), which holds none."""
+        """Per rank, its runner (a survivor's new one holds no slab): ``slabs`` keys on it."""
         local = [f"local/{self._runners}"] if self.local_runner is not None else []
         return local + [f"{actor._actor_id.hex()}/{self._runners}" for actor in self.actors]
 
