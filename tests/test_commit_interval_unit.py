@@ -9,9 +9,11 @@ from raysgd.config import check_commit_every
 from raysgd.errors import ConfigError
 
 
-def cost(steps=100, step_s=0.05, commits=10, commit_s=0.01):
-    """A rank's call: ``steps`` of ``step_s`` each, plus ``commits`` of ``commit_s`` each."""
-    return CallCost(steps, steps * step_s + commits * commit_s, commits, commits * commit_s)
+def cost(steps=100, step_s=0.05, commits=10, commit_s=0.01, end_s=0.0):
+    """A rank's call: ``steps`` of ``step_s`` each, plus ``commits`` of ``commit_s`` each;
+    its call-end commit took ``end_s``."""
+    return CallCost(steps, steps * step_s + commits * commit_s, commits, commits * commit_s,
+                    end_s)
 
 
 def test_a_number_is_kept_whatever_commits_cost():
@@ -28,6 +30,16 @@ def test_auto_starts_at_the_default_until_a_call_measured_commits():
     assert (interval.current.steps, interval.current.why) == (START, "start")
     interval.observe([cost(commits=0, commit_s=0.0)])  # a call without in-epoch commits
     assert interval.current.steps == START
+
+
+def test_a_call_too_short_for_an_in_epoch_commit_measures_its_end_commit():
+    interval = AutoInterval(budget=0.02)
+    interval.observe([cost(steps=30, commits=0, commit_s=0.0, end_s=0.02)])
+    assert (interval.current.steps, interval.current.why) == (20, "budget")
+    interval.observe([cost(steps=30, commits=0, commit_s=0.0, end_s=0.2)])
+    assert interval.current.steps == 20  # a call end stands in only until something better
+    interval.observe([cost(commit_s=0.04)])  # an in-epoch figure: smoothed in
+    assert interval.current.steps == 30
 
 
 def test_before_failures_commits_cost_at_most_the_budget():

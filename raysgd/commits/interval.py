@@ -2,7 +2,7 @@
 
 ``"auto"`` (the default) chooses from what commits are measured to cost. Each ``train()``
 call's ranks report how long commits held their training threads up and how long their steps
-took (``observe``); the driver picks the next call's interval from the slowest rank's figures:
+took (``observe``; a call without in-epoch commits reports its call-end commit instead); the driver picks the next call's interval from the slowest rank's figures:
 
 - before any failure, the fewest steps apart that keep the commits' cost within ``budget``
   of the training time (2 %): cost ÷ (budget × step time);
@@ -39,12 +39,20 @@ class Interval:
 @dataclass(frozen=True)
 class CallCost:
     """One rank's figures for a call: ``steps`` run in ``train_s`` seconds, ``commits`` taken,
-    holding its training thread up for ``commit_s`` of them."""
+    holding its training thread up for ``commit_s`` of them; ``end_s``: the call-end commit's
+    seconds, which stand in for an in-epoch one's until a call has taken one."""
 
     steps: int
     train_s: float
     commits: int
     commit_s: float
+    end_s: float = 0.0
+
+    @property
+    def per_commit_s(self) -> Optional[float]:
+        if self.commits:
+            return self.commit_s / self.commits
+        return self.end_s or None
 
 
 class FixedInterval:
@@ -78,13 +86,15 @@ class AutoInterval:
 
     def observe(self, costs: Sequence[CallCost]) -> None:
         """A call's figures, one per rank; the next call's interval follows from them."""
-        measured = [c for c in costs if c.steps > 0 and c.commits > 0]
+        measured = [c for c in costs if c.steps > 0 and c.per_commit_s is not None]
         if costs:
             self.train_s += max(c.train_s for c in costs)
-        if not measured:
-            return
-        slowest = max(measured, key=lambda c: c.commit_s / c.commits)
-        self.commit_s = _smoothed(self.commit_s, slowest.commit_s / slowest.commits)
+        in_epoch = [c for c in measured if c.commits]
+        if in_epoch:
+            measured = in_epoch
+        elif self.commit_s is not None or not measured:
+            return  # an in-epoch figure (or none) beats a call end's
+        self.commit_s = _smoothed(self.commit_s, max(c.per_commit_s for c in measured))
         step_s = max((c.train_s - c.commit_s) / c.steps for c in measured)
         self.step_s = _smoothed(self.step_s, max(step_s, 1e-6))
         self.current = self._choose()

@@ -49,8 +49,9 @@ class _Copier:
 
 
 class Copiers:
-    """A worker group's copiers, one per target node, started at its first copy; ``close``
-    stops them (the copies they made stay: the driver owns them)."""
+    """The supervisor's copiers (its worker groups use them), one per target node, started
+    at its first copy; ``close`` stops them (the copies they made stay: the driver owns
+    them)."""
 
     def __init__(self) -> None:
         self._actors: Dict[str, Any] = {}
@@ -63,13 +64,12 @@ class Copiers:
             actor = self._actors[node] = _Copier.options(scheduling_strategy=target).remote()
         return tuple(actor.copy.remote([ref]))
 
-    def nodes(self) -> Set[str]:
-        return set(self._actors)
-
-    def forget(self, nodes: Set[str]) -> None:
-        """``nodes`` went: a copy there starts a new copier (never, for a dead node)."""
-        for node in nodes & set(self._actors):
-            ray.kill(self._actors.pop(node), no_restart=True)
+    def forget(self, node: str) -> None:
+        """``node``'s copier failed a copy (its node went, or it died): the next copy there
+        starts a new one."""
+        actor = self._actors.pop(node, None)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
 
     def close(self) -> None:
         for actor in self._actors.values():
@@ -80,20 +80,22 @@ class Copiers:
 @dataclass
 class Landing:
     """A commit's copies on their way. ``sources``: the ranks whose part needed one, and the
-    node it was made on; ``parts``: those parts; ``copies``: their copies; ``waiting``: the
-    done flags of the copies still on their way; ``failed``: ranks whose copy failed with
-    their part's node gone (that part is lost)."""
+    node it was made on; ``parts``: those parts; ``copies``: their copies, and ``targets``
+    the nodes they go to; ``waiting``: the done flags of the copies still on their way;
+    ``failed``: ranks whose copy failed with their part's node gone (that part is lost)."""
 
     sources: Dict[int, str] = field(default_factory=dict)
     parts: Dict[int, Any] = field(default_factory=dict)
     copies: Dict[int, Any] = field(default_factory=dict)
+    targets: Dict[int, str] = field(default_factory=dict)
     waiting: Dict[int, Any] = field(default_factory=dict)
     failed: Set[int] = field(default_factory=set)
     copiers: Optional[Copiers] = None
 
     def start(self, rank: int, node: Optional[str]) -> None:
+        self.targets[rank] = node or driver_node()
         self.copies[rank], self.waiting[rank] = self.copiers.copy(self.parts[rank],
-                                                                  node or driver_node())
+                                                                  self.targets[rank])
 
     def landed(self, timeout_s: float = 0.0) -> bool:
         """Whether every copy is in place, waiting up to ``timeout_s``. A copy that failed
@@ -105,10 +107,10 @@ class Landing:
                 try:
                     ray.get(self.waiting.pop(rank))
                 except RayError:
+                    self.copiers.forget(self.targets[rank])
                     if rank in self.sources_gone():
                         self.failed.add(rank)
-                    else:  # its target went: the driver's node
-                        self.copiers.forget(placement.gone_nodes(self.copiers.nodes()))
+                    else:  # its target went: the driver's node, with a new copier
                         self.start(rank, None)
         return not self.waiting and not self.failed
 

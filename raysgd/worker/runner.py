@@ -7,6 +7,7 @@ position in the train loader and the worker's full state.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
@@ -228,7 +229,9 @@ class WorkerRunner(RunnerState):
                     "first_step_wall": self.first_step_wall}, snap
         finally:
             self.stop_point.close()
+        started = time.perf_counter()
         header, snap = self.snapshot_pair()
+        self.last_cost = dataclasses.replace(self.last_cost, end_s=time.perf_counter() - started)
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall,
                 "cost": self.last_cost}, snap
 
