@@ -44,9 +44,9 @@ def lose_the_next_commit_with_its_node(trainer, cluster, node_id):
     group = trainer._supervisor.group
     copy, done = group._copies, threading.Event()
 
-    def copy_or_lose(snapshots, nodes, copiers, slab_ranks=()):
+    def copy_or_lose(snapshots, nodes, actors, offset, copiers, slab_ranks=()):
         if done.is_set():
-            return copy(snapshots, nodes, copiers, slab_ranks)
+            return copy(snapshots, nodes, actors, offset, copiers, slab_ranks)
         done.set()
         cluster.remove_node(next(n for n in cluster.list_all_nodes() if n.node_id == node_id))
         lost = {rank: node for rank, node in enumerate(nodes) if node == node_id}

@@ -29,6 +29,8 @@ class FakeLanding:
     """Rank 1's part is made on node ``b``; it lands after ``world.polls[step]`` looks
     (``NEVER``: not at all)."""
 
+    failed = ()  # every copy can be made (while node b lives)
+
     def __init__(self, world, step):
         self.world, self.step, self.sources = world, step, {1: "b"}
 

@@ -71,10 +71,11 @@ class HeldCommits:
                     f"rank(s) {sorted(gone)}: node lost before the commit of step "
                     f"{commit.step} was copied off it",
                     [RankFailure(rank, RuntimeError("node lost"), died=True) for rank in gone])
-            if time.monotonic() > deadline:  # a stuck copy must not hang the call
-                logger.warning("raysgd: the commit of step %d was not copied off its node(s) "
-                               "within timeout_s=%gs; going on with it pending (a lost node "
-                               "would take it)", commit.step, self.timeout_s)
+            # A stuck copy must not hang the call, nor one that cannot be made wait for it.
+            if time.monotonic() > deadline or landing.failed:
+                logger.warning("raysgd: the commit of step %d could not be copied off its "
+                               "node(s) (in timeout_s=%gs); going on with it pending (a lost "
+                               "node would take it)", commit.step, self.timeout_s)
                 return
         self._copied(point)
 

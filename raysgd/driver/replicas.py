@@ -7,9 +7,9 @@ is copied to the node of the next rank on another node (the driver's node only w
 rank lives elsewhere), so no node ever stores the whole state for a commit (Ray)
 and the copies spread as evenly as the ranks.
 
-A copy is an object of its own, returned by the target node's copier (one zero-CPU actor per
-node, :class:`Copiers`) and so owned by the driver, whose primary copy Ray pins there: it
-survives its source's node, and its copier too. (Ray's secondary
+A copy is an object of its own, owned by the driver, whose primary copy Ray pins on the target
+node (:class:`Copiers`: the return value of a peer rank's ``copy_part``, or the driver's own
+``ray.put``): it survives its source's node, and the rank that made it. (Ray's secondary
 copies do not: they may be evicted, and Ray's recovery of a lost object from one sometimes
 gives up at once, ``OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED``, with a copy listed alive.)
 
@@ -23,96 +23,98 @@ A restore reads a part from its copy once the part's own node is gone (:meth:`re
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import ray
 from ray.exceptions import ObjectLostError, RayError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysgd.driver import placement
 from raysgd.errors import WorkerFailedError
 from raysgd.state.commit import Commit
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
-class _Copier:
-    """Copies commit parts to its node, one at a time (one process per node, not a task's
-    process per copy)."""
-
-    @ray.method(num_returns=2)
-    def copy(self, parts: list) -> Tuple[Any, bool]:
-        """``parts[0]`` stored anew on this node (a list: Ray must not resolve it for the
-        caller); the second return is small, so the caller learns the copy is done without
-        fetching the copy."""
-        return ray.get(parts[0]), True
-
-
 class Copiers:
-    """The supervisor's copiers (its worker groups use them), one per target node, started
-    at its first copy; ``close`` stops them (the copies they made stay: the driver owns
-    them)."""
+    """Who makes a copy on a node: a rank's actor there (on its ``copies`` thread: the copy
+    is that call's return value), else the driver itself, on its node, on a thread of its
+    own (``ray.put`` of what it read). Either way the driver owns the copy, and no process is
+    started for it (Ray 1.12's tests count the actors)."""
 
     def __init__(self) -> None:
-        self._actors: Dict[str, Any] = {}
+        self._pool: Optional[ThreadPoolExecutor] = None
 
-    def copy(self, ref: Any, node: str) -> Tuple[Any, Any]:
-        """(the copy of ``ref`` on ``node``, its done flag)."""
-        actor = self._actors.get(node)
-        if actor is None:
-            target = NodeAffinitySchedulingStrategy(node, soft=False)
-            actor = self._actors[node] = _Copier.options(scheduling_strategy=target).remote()
-        return tuple(actor.copy.remote([ref]))
-
-    def forget(self, node: str) -> None:
-        """``node``'s copier failed a copy (its node went, or it died): the next copy there
-        starts a new one."""
-        actor = self._actors.pop(node, None)
+    def copy(self, ref: Any, actor: Any = None) -> Any:
+        """The copy of ``ref``, made by ``actor`` (None: the driver): an ObjectRef pair
+        (the copy, its done flag), or the driver's future of the copy."""
         if actor is not None:
-            ray.kill(actor, no_restart=True)
+            return tuple(actor.copy_part.remote([ref]))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="raysgd-copies")
+        return self._pool.submit(lambda: ray.put(ray.get(ref)))
 
     def close(self) -> None:
-        for actor in self._actors.values():
-            ray.kill(actor, no_restart=True)
-        self._actors.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 @dataclass
 class Landing:
     """A commit's copies on their way. ``sources``: the ranks whose part needed one, and the
-    node it was made on; ``parts``: those parts; ``copies``: their copies, and ``targets``
-    the nodes they go to; ``waiting``: the done flags of the copies still on their way;
-    ``failed``: ranks whose copy failed with their part's node gone (that part is lost)."""
+    node it was made on; ``parts``: those parts; ``copies``: the copies made; ``waiting``:
+    per rank still copying, its done flag (a rank's actor copies) or the driver's future;
+    ``failed``: ranks whose part could not be copied (its node went, or the driver's own
+    copy failed)."""
 
     sources: Dict[int, str] = field(default_factory=dict)
     parts: Dict[int, Any] = field(default_factory=dict)
     copies: Dict[int, Any] = field(default_factory=dict)
-    targets: Dict[int, str] = field(default_factory=dict)
     waiting: Dict[int, Any] = field(default_factory=dict)
     failed: Set[int] = field(default_factory=set)
     copiers: Optional[Copiers] = None
 
-    def start(self, rank: int, node: Optional[str]) -> None:
-        self.targets[rank] = node or driver_node()
-        self.copies[rank], self.waiting[rank] = self.copiers.copy(self.parts[rank],
-                                                                  self.targets[rank])
+    def start(self, rank: int, actor: Any = None) -> None:
+        """Copy ``rank``'s part with ``actor`` (a rank's, on the target node), else the
+        driver."""
+        made = self.copiers.copy(self.parts[rank], actor)
+        if isinstance(made, tuple):
+            self.copies[rank], self.waiting[rank] = made
+        else:
+            self.waiting[rank] = made
 
     def landed(self, timeout_s: float = 0.0) -> bool:
-        """Whether every copy is in place, waiting up to ``timeout_s``. A copy that failed
-        (its target node went) is made again on the driver's node while its source lives."""
-        if self.waiting:
-            flags = list(self.waiting.values())
-            ready, _ = ray.wait(flags, num_returns=len(flags), timeout=timeout_s)
-            for rank in [rank for rank, flag in self.waiting.items() if flag in ready]:
+        """Whether every copy is in place, waiting up to ``timeout_s``. A rank's copy that
+        failed (its node went) is made again by the driver while its source lives."""
+        flags = {rank: w for rank, w in self.waiting.items() if isinstance(w, ray.ObjectRef)}
+        ready = set(ray.wait(list(flags.values()), num_returns=len(flags),
+                             timeout=timeout_s)[0]) if flags else set()
+        futures = {rank: w for rank, w in self.waiting.items() if isinstance(w, Future)}
+        if futures and not flags:
+            wait_futures(list(futures.values()), timeout=timeout_s)
+        for rank, flag in flags.items():
+            if flag in ready:
+                del self.waiting[rank]
                 try:
-                    ray.get(self.waiting.pop(rank))
+                    ray.get(flag)
                 except RayError:
-                    self.copiers.forget(self.targets[rank])
-                    if rank in self.sources_gone():
-                        self.failed.add(rank)
-                    else:  # its target went: the driver's node, with a new copier
-                        self.start(rank, None)
+                    self._copy_failed(rank, by_driver=False)
+        for rank, future in futures.items():
+            if future.done():
+                del self.waiting[rank]
+                try:
+                    self.copies[rank] = future.result()
+                except Exception:  # noqa: BLE001 - Ray's, the store's: the part is uncopied
+                    self._copy_failed(rank, by_driver=True)
         return not self.waiting and not self.failed
+
+    def _copy_failed(self, rank: int, by_driver: bool) -> None:
+        self.copies.pop(rank, None)
+        if by_driver or rank in self.sources_gone():
+            self.failed.add(rank)
+        else:  # the copying rank's node went: the driver copies it
+            self.start(rank)
 
     def sources_gone(self) -> Set[int]:
         """The ranks whose part's node died."""
@@ -147,35 +149,39 @@ def _sources(snapshots: List[Any], nodes: Sequence[str], slab_ranks: Sequence[in
             and nodes[rank] not in (here, "local")}
 
 
-def _peer_node(rank: int, nodes: Sequence[str]) -> Optional[str]:
-    """The node of the first rank after ``rank`` (cyclically) on another node, or None."""
+def _peer(rank: int, nodes: Sequence[str]) -> Optional[int]:
+    """The first rank after ``rank`` (cyclically) on another node, or None."""
     count = len(nodes)
     for step in range(1, count):
-        other = nodes[(rank + step) % count]
-        if other not in (nodes[rank], "local"):
+        other = (rank + step) % count
+        if nodes[other] not in (nodes[rank], "local"):
             return other
     return None
 
 
-def _copied(snapshots: List[Any], sources: Dict[int, str],
-            targets: Dict[int, Optional[str]], copiers: Copiers) -> Landing:
+def _copied(snapshots: List[Any], sources: Dict[int, str], makers: Dict[int, Any],
+            copiers: Copiers) -> Landing:
     landing = Landing(sources, {rank: snapshots[rank] for rank in sources}, copiers=copiers)
     for rank in sources:
-        landing.start(rank, targets[rank])
+        landing.start(rank, makers[rank])
     return landing
 
 
-def to_driver_node(snapshots: List[Any], nodes: Sequence[str], copiers: Copiers,
-                   slab_ranks: Sequence[int] = ()) -> Landing:
+def to_driver_node(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
+                   offset: int, copiers: Copiers, slab_ranks: Sequence[int] = ()) -> Landing:
     sources = _sources(snapshots, nodes, slab_ranks)
     return _copied(snapshots, sources, dict.fromkeys(sources), copiers)
 
 
-def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], copiers: Copiers,
-                  slab_ranks: Sequence[int] = ()) -> Landing:
+def to_peer_nodes(snapshots: List[Any], nodes: Sequence[str], actors: Sequence[Any],
+                  offset: int, copiers: Copiers, slab_ranks: Sequence[int] = ()) -> Landing:
+    """``offset``: 1 when rank 0 runs in the driver (``actors[rank - offset]``); a part
+    with no peer on another node, or whose peer is the driver, is copied by the driver."""
     sources = _sources(snapshots, nodes, slab_ranks)
-    return _copied(snapshots, sources, {rank: _peer_node(rank, nodes) for rank in sources},
-                   copiers)
+    peers = {rank: _peer(rank, nodes) for rank in sources}
+    makers = {rank: None if peer is None or peer < offset else actors[peer - offset]
+              for rank, peer in peers.items()}
+    return _copied(snapshots, sources, makers, copiers)
 
 
 def rehomed(snapshots: List[Any]) -> List[Any]:

@@ -82,7 +82,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         self.stats.commit_interval = self.interval.current.steps
         self.group, self.capabilities = None, []
         self._init_commits(num_workers)
-        self.copiers = Copiers()  # commits' copies off their nodes: one actor per node
+        self.copiers = Copiers()  # who makes commits' copies off their nodes
         self._clock = RecoveryClock()  # the recovery under way: its parts' seconds
         # Ray's draining nodes (a test passes its own); the driver's own drain saves a commit.
         self._init_preemption(drains, on_driver_drain)
@@ -388,5 +388,5 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         if self.group is not None:
             self.group.shutdown(force=force)
             self.group = None
-        self.copiers.close()  # the commits their copies belong to go now too
+        self.copiers.close()  # the commits copies are made of go now too
         self._init_commits(self.target)

@@ -80,8 +80,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         self.reservation = reservation
         self.shards = GroupShards(data)  # the ranks' current Ray Data shards
         self._pg = None
-        # Operators' modules its CPU processes imported (pool.code_fits); a GPU crew's key
-        # holds its code stamp instead.
+        # Operators' modules its CPU processes imported (pool.code_fits; a GPU crew: its stamp).
         self._code: Dict[str, tuple] = {}
         self._nodes: List[str] = []  # each rank's node
         self._devices: List[list] = []  # each rank's accelerator ids (a spare taking it uses them)
@@ -89,7 +88,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         # Remote workers moved off a draining node: their (placement group, bundle index).
         self._moved_seats: Dict[int, tuple] = {}
         self._copies = commit_copies(settings.strategy)  # where commits get a second copy
-        self.copiers = Copiers()  # what makes them, one actor per node (the supervisor's)
+        self.copiers = Copiers()  # who makes them (the supervisor's)
         self.slabs = NO_SLABS  # where each rank's next commit may go (the supervisor's)
         self._runners = 0  # runner generations started (a slab is named to one runner)
         self._first_bundle = 0
@@ -306,7 +305,8 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     def copy_commit(self, commit: Commit) -> Landing:
         """Start copying ``commit``'s parts that a lost node could take to another node."""
-        return self._copies(commit.snapshots, self._nodes, self.copiers, commit.slab_ranks)
+        return self._copies(commit.snapshots, self._nodes, self.actors, self._first_remote,
+                            self.copiers, commit.slab_ranks)
 
     def snapshot(self) -> Commit:
         """Commit now, between calls."""

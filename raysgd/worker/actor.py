@@ -146,6 +146,14 @@ class _WorkerActor:
                                              "in_slab")} if snap else None
         return header, snap
 
+    # A copy of another rank's commit part, stored on this node as this call's return value,
+    # so the driver owns it (raysgd.driver.replicas); the second return is small, so the
+    # driver learns it is done without fetching the copy. A thread of its own: a transfer
+    # never delays a health check.
+    @ray.method(concurrency_group="copies", num_returns=2)
+    def copy_part(self, parts: list):
+        return ray.get(parts[0]), True  # a list: Ray must not resolve it for the driver
+
     # The files this rank staged for a sharded disk checkpoint (raysgd.driver.staged); a
     # thread of their own, as they may wait for the shards' write to finish.
     @ray.method(concurrency_group="staging")
@@ -169,6 +177,6 @@ class _WorkerActor:
 
 # Two commit threads: a request from a new call can enter while one left over
 # from the previous call still waits, and releases it (see CommitHandoff.take).
-RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2,
+RemoteWorker = ray.remote(concurrency_groups={"control": 1, "commits": 2, "copies": 1,
                                                "staging": 1})(
     _WorkerActor)
