@@ -2,7 +2,8 @@
 
 ``"auto"`` (the default) chooses from what commits are measured to cost. Each ``train()``
 call's ranks report how long commits held their training threads up and how long their steps
-took (``observe``; a call without in-epoch commits reports its call-end commit instead); the driver picks the next call's interval from the slowest rank's figures:
+took (``observe``; a call without in-epoch commits reports its call-end commit instead); the
+driver picks the next call's interval from the slowest rank's figures:
 
 - before any failure, the fewest steps apart that keep the commits' cost within ``budget``
   of the training time (2 %): cost ÷ (budget × step time);
@@ -31,9 +32,6 @@ class Interval:
 
     steps: Optional[int]
     why: str
-
-    def describe(self) -> str:
-        return "none" if self.steps is None else f"{self.steps} steps ({self.why})"
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
         self.stats = RecoveryStats(num_workers=num_workers)
         # How far apart in-epoch commits are (raysgd.commits.interval): told each call's cost.
         self.interval = interval or create_interval(DEFAULT_COMMIT_EVERY)
-        self.stats.commit_interval = self.interval.current.steps
+        self._interval_moved()
         self.group, self.capabilities = None, []
         self._init_commits(num_workers)
         self.copiers = Copiers()  # who makes commits' copies off their nodes
@@ -193,7 +193,12 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
 
     def _observe(self, headers: List[dict]) -> None:
         """What commits cost the ranks in the call that just ended: the next call's interval."""
-        self.interval.observe([h["cost"] for h in headers if h.get("cost")])
+        self._interval_moved(lambda: self.interval.observe(
+            [h["cost"] for h in headers if h.get("cost")]))
+
+    def _interval_moved(self, event: Callable[[], None] = lambda: None) -> None:
+        """Tell the interval ``event``; the stats show the interval it now chooses."""
+        event()
         self.stats.commit_interval = self.interval.current.steps
 
     def _set_commit(self, commit: Commit) -> None:
@@ -209,8 +214,7 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
     def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
         """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
-        self.interval.failed()
-        self.stats.commit_interval = self.interval.current.steps
+        self._interval_moved(self.interval.failed)
         self._clock.start(since=failure.last_seen)
         with self._clock.phase("survivors"):
             self._from_survivors(failure)
