@@ -23,8 +23,11 @@ def test_bench_disk_quick_reports_cost_and_resume(bench_quick):
     for case, cost in document["cost"].items():
         assert cost["epochs_timed"] >= 1 and cost["epoch_s_none"] > 0 and cost["epoch_s_disk"] > 0
         assert cost["write_s"] > 0 and cost["checkpoint_mib"] > 0, case
-    for case in ("fsdp every 20, local", "fsdp every 20, s3"):  # in-epoch writes happened
-        assert document["cost"][case]["writes"] >= 3
+    for case in ("fsdp every 20, local", "fsdp every 20, s3"):
+        # In-epoch checkpoints were due and handed to the writer. How many it writes
+        # depends on the load (a newer one replaces a pending one); write_s > 0 above says
+        # some were written.
+        assert document["cost"][case]["in_epoch_due"] >= 3, case
     for resume in document["resume"]:
         assert resume["final_step"] == resume["expected_final_step"]
         assert 0 < resume["resumed_from_step"] <= resume["step_at_kill"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from raysgd import FSDP, TorchTrainer
 from raysgd.driver.run_recorder import NullCheckpointer
@@ -72,6 +72,22 @@ def _switch(trainer: TorchTrainer, writer: Any, off: Any, was: str, kind: str) -
     return kind
 
 
+def _count_due(writer: Any) -> List[int]:
+    """The steps of the in-epoch checkpoints the writer was handed. Under load it writes
+    fewer (a newer commit replaces a pending one), so ``writes`` depends on the machine's
+    load and this does not."""
+    due: List[int] = []
+    moved = writer.commit_moved
+
+    def counting(commit: Any, in_epoch: bool) -> None:
+        if in_epoch and writer.schedule.due(commit.step, call_end=False):
+            due.append(commit.step)
+        moved(commit, in_epoch)
+
+    writer.commit_moved = counting
+    return due
+
+
 def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
             async_checkpoints: Optional[bool] = None,
             storage_filesystem: Any = None) -> Dict[str, Any]:
@@ -80,6 +96,7 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
                        checkpoint_every_n_steps_to_disk=EVERY, keep_checkpoints=2)
     recorder = trainer._recorder
     writer, off = recorder.checkpointer, NullCheckpointer()
+    due = _count_due(writer)
     times: Dict[str, list] = {"none": [], "disk": []}
     cpu: Dict[str, list] = {"none": [], "disk": []}  # seconds of CPU, every process, per epoch
     driver_cpu: Dict[str, list] = {"none": [], "disk": []}  # of those, the driver's
@@ -119,6 +136,7 @@ def measure(mode: str, blocks: int, epochs: int, checkpoint_dir: str,
                                 statistics.median(driver_cpu["none"])) / cpu_none,
             "epoch_s_none_all": times["none"], "epoch_s_disk_all": times["disk"],
             "write_s": statistics.median(writer.write_seconds),
-            "writes": len(writer.write_seconds), "checkpoint_mib": size,
+            "writes": len(writer.write_seconds), "in_epoch_due": len(due),
+            "checkpoint_mib": size,
             "async_checkpoints": async_checkpoints,
             "every_n_steps": EVERY, "steps": steps, "epochs_timed": len(times["disk"])}
