@@ -8,7 +8,7 @@ import torch
 
 from raysgd.driver.slabs import CommitSlabs
 from raysgd.errors import CheckpointError, SlabCommitLost
-from raysgd.state.commit import Commit
+from raysgd.state.commit import Commit, CommitAssembler
 from raysgd.state.commit_files import CommitFiles
 from raysgd.state.packing import (PackedTensor, own_copies, pack_tensors, unpack_tensors,
                                   verify_packed)
@@ -219,3 +219,30 @@ def test_a_slab_that_failed_to_grow_is_mapped_again_not_written_dead(slabs, monk
     snap, wrote = writer.write(_target(slabs, 3), _state(3.0))  # no larger than before
     assert wrote and float(unpack_tensors(snap)["model"]["w"][0, 0]) == 3.0
     writer.close()
+
+
+def test_a_rank_whose_slots_are_both_needed_is_asked_once_the_commit_being_assembled_forms(
+        slabs):
+    """Rank 0 (in slot A's commit) hands its next part to slot B before rank 1's part of that
+    step arrives: neither slot is free, so asking it now would send its next commits to Ray's
+    store. It is asked once the commit forms, and then gets slot A back."""
+    from raysgd.driver.watch import waits_for_a_slot
+
+    nodes, assembler = ["n1", "n2"], CommitAssembler(2, 0)
+    first = slabs.targets(nodes, [], here="n1")[0]
+    slabs.consumed(0, first.version)
+    held = assembler.add(0, 4, 4, "a4", header={"slab_version": first.version, "in_slab": True})
+    assert held is None
+    held = assembler.add(1, 4, 4, "b4")
+    second = slabs.targets(nodes, [held], here="n1", needed=assembler.in_slabs())[0]
+    assert second.fd != first.fd
+    slabs.consumed(0, second.version)
+    assembler.add(0, 8, 8, "a8", header={"slab_version": second.version, "in_slab": True})
+    assert slabs.targets(nodes, [held], here="n1", needed=assembler.in_slabs()) == [None, None]
+    assert waits_for_a_slot(slabs.full, assembler.waiting()) == {0}  # not asked yet
+    formed = assembler.add(1, 8, 8, "b8")
+    again = slabs.targets(nodes, [formed], here="n1", needed=assembler.in_slabs())[0]
+    assert again.fd == first.fd  # the commit before is no longer needed: its slot is named
+    assert waits_for_a_slot(slabs.full, assembler.waiting()) == set()
+    # A rank off the driver's node never waits: it has no slab to wait for.
+    assert 1 not in slabs.full

@@ -87,8 +87,10 @@ def test_a_survivor_gets_a_slab_again_after_a_newcomer_took_a_dead_ranks_place(
         trainer_factory, tmp_path):
     """Issue 70's third risk: the survivor keeps its process but gets a new runner, which
     holds no slab; the driver must name it one again, or its commits all go to Ray's store
-    (the memory that grew with every failure)."""
-    trainer = trainer_factory(WideOperator, config={**CONFIG, "pid_dir": str(tmp_path)})
+    (the memory that grew with every failure). Commits at call ends only: the slab each
+    call's request names is the one its call-end commit must use."""
+    trainer = trainer_factory(WideOperator, config={**CONFIG, "pid_dir": str(tmp_path)},
+                              checkpoint_every_n_steps=None)
     trainer.train()
     with open(tmp_path / "rank1") as handle:
         os.kill(int(handle.read()), signal.SIGKILL)  # rank 0 survives with the full state

@@ -7,9 +7,11 @@ driver picks the next call's interval from the slowest rank's figures:
 
 - before any failure, the fewest steps apart that keep the commits' cost within ``budget``
   of the training time (2 %): cost ÷ (budget × step time);
-- once failures have been seen, Young–Daly's optimum √(2 · cost · MTBF), in steps: the
-  interval that loses the least time to commits and redone steps together, with the mean
-  time between failures measured over the training time so far.
+- once failures that rolled back to a commit have been seen, Young–Daly's optimum
+  √(2 · cost · MTBF), in steps: the interval that loses the least time to commits and
+  redone steps together, with the mean time between such failures measured over the
+  training time so far. A failure the survivors' live state recovered from redoes one
+  batch whatever the interval, so it does not count.
 
 Every rank gets the same interval with its call, so all ranks commit at the same steps.
 """
@@ -98,7 +100,9 @@ class AutoInterval:
         self.current = self._choose()
 
     def failed(self) -> None:
-        """A failure cost redone steps: from now on the interval weighs those too."""
+        """A failure rolled back to a commit, so the interval decided the steps it redid:
+        from now on the choice weighs those too. The supervisor tells only those: one the
+        survivors' live state recovered from redoes a batch whatever the interval."""
         self.failures += 1
         if self.commit_s is not None:
             self.current = self._choose()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import ray
 
@@ -70,6 +70,7 @@ class CommitSlabs:
         self._files: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> the memfd
         self._holds: Dict[Tuple[int, int], int] = {}  # (rank, slot) -> the version named last
         self._named: Dict[int, Tuple[Any, int, int]] = {}  # rank -> (process, slot, version)
+        self.full: Set[int] = set()  # ranks the last targets() found every slot needed for
         self._version = 0
         self._machine = machine_id()
         self._closed = not hasattr(os, "memfd_create") or not self._machine  # Linux only
@@ -95,6 +96,7 @@ class CommitSlabs:
         processes = processes if processes is not None else [None] * len(nodes)
         pid = os.getpid()
         out = list(nothing)
+        self.full = set()
         for rank in range(len(nodes)) if ranks is None else ranks:
             if nodes[rank] != here:
                 continue
@@ -111,6 +113,7 @@ class CommitSlabs:
         self._named.pop(rank, None)
         slot = next((s for s in range(SLOTS) if self._holds.get((rank, s)) not in keep), None)
         if slot is None:
+            self.full.add(rank)
             return None
         self._version += 1
         self._holds[(rank, slot)] = self._version
@@ -157,6 +160,11 @@ class GroupSlabs:
             return [None] * len(nodes)
         return self._slabs.targets(nodes, list(self._held()), processes=processes, ranks=ranks,
                                    needed=needed)
+
+    def full(self) -> Set[int]:
+        """The ranks the last ``targets`` named none to because both their slots held a
+        commit still needed (not because they are off the driver's node)."""
+        return set() if self._slabs is None else set(self._slabs.full)
 
     def consumed(self, rank: int, version: Optional[int]) -> None:
         if self._slabs is not None:

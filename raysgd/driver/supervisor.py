@@ -214,10 +214,11 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
     def _recover(self, failure: WorkerFailedError, reached: Optional[int] = None) -> None:
         """``reached``: the furthest step a rank of the failed ``train()`` call reached."""
         self.stats.failures += 1
-        self._interval_moved(self.interval.failed)
         self._clock.start(since=failure.last_seen)
         with self._clock.phase("survivors"):
-            self._from_survivors(failure)
+            survived = self._from_survivors(failure)
+        if not survived:  # from survivors one batch re-runs, whatever the interval
+            self._interval_moved(self.interval.failed)
         steps_lost = 0 if reached is None else max(0, reached - self.commit.step)
         self.stats.steps_lost += steps_lost
         logger.warning("raysgd: recovering from worker failure (ranks %s), rolling back to step "
@@ -247,15 +248,17 @@ class Supervisor(Preemption, HeldCommits, HeldSlabs):
                 ceiling = max(count - 1, self.policy.config.min_workers)
             decision = self.policy.on_no_capacity(self._placeable(previous))
 
-    def _from_survivors(self, failure: WorkerFailedError) -> None:
+    def _from_survivors(self, failure: WorkerFailedError) -> bool:
         """Under a replicated strategy the survivors' live state, when still at the failed
-        batch's start, becomes the commit (``driver/survivors.py``): only that batch re-runs."""
+        batch's start, becomes the commit (``driver/survivors.py``): only that batch re-runs.
+        Whether it did."""
         dead = _dead_ranks(failure)
         if not self.group.can_replace(dead):
-            return
+            return False
         fresh = self.group.survivor_commit(dead, self.commit)
         if fresh is not None:
             self._moved(fresh, in_epoch=True)  # pending while its copy lands
+        return fresh is not None
 
     def _replace_or_stop(self, failure: WorkerFailedError, previous: int) -> Optional[Decision]:
         """Newcomers (spares, else new processes) take the dead ranks' places while the

@@ -166,12 +166,24 @@ class CallWatch:
         # A rank whose last commit used its slab up gets the next one with its request.
         slabs = self.group.slabs.targets(self.group.rank_nodes, self.group.process_keys(), ranks,
                                          self.assembler.in_slabs())
+        later = waits_for_a_slot(self.group.slabs.full(), self.assembler.waiting())
         for rank, actor in self._remote_ranks():
-            if rank in ranks:
+            if rank in ranks and rank not in later:
                 header, snapshot = actor.next_commit.remote(self.assembler.after(rank),
                                                             COMMIT_POLL_S, self.ticket,
                                                             slabs[rank])
                 self._polls[header] = (rank, snapshot)
+
+
+def waits_for_a_slot(full: Set[int], waiting: Set[int]) -> Set[int]:
+    """The ranks asked for their next commit only once the commit being assembled forms:
+    each got no slab (``full``: both its slots hold a commit the driver needs) while its
+    part of that commit waits for the other ranks' (``waiting``). Forming it frees the slot
+    the commit before held, so the request names it; asked now, the rank's next commit would
+    go to Ray's store, and so might its call-end one (a request outstanding is not asked
+    again). The wait costs nothing: that next commit is an interval away, the other parts
+    at most a step."""
+    return full & waiting
 
 
 def check_for_failure(remote_values: Sequence[Any]) -> bool:

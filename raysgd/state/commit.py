@@ -8,7 +8,7 @@ the same step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ class CommitAssembler:
         """The slab versions of the parts waiting for the rest of their commit."""
         return [head["slab_version"] for parts in self._parts.values()
                 for _, _, _, head in parts.values() if head and head.get("in_slab")]
+
+    def waiting(self) -> Set[int]:
+        """The ranks with a part waiting for the rest of its commit."""
+        return {rank for parts in self._parts.values() for rank in parts}
 
     def add(self, rank: int, step: int, call_done: int, snapshot: Any,
             epochs_done: int = 0, header: Optional[dict] = None) -> Optional[Commit]:
