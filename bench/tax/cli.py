@@ -5,8 +5,8 @@ Per cell (strategy × size): ``--repeats`` runs of raysgd (``bench.tax.raysgd_ru
 the loop (``bench.tax.loop`` under torchrun) and (not with ``--quick``) of the loop with huge
 pages as raysgd's ranks have them (``bench.tax.loop_huge``), interleaved r, l, h, r, l, h,
 ..., each a fresh process tree whose peak summed PSS and RSS the parent samples; the first
-raysgd run also takes the commit probe. Then one kill run (``bench.recovery.raysgd_kill``:
-rank 1 SIGKILLed mid-epoch; ``--quick``: the small cells only). Before the cells, one process
+raysgd run also takes the commit probe. Then one kill run (``bench.tax.kills``: rank 1
+SIGKILLed in three calls in a row; ``--quick``: the DDP small cell only). Before the cells, one process
 times a plain copy of one rank's state per size (``bench.tax.copy_probe``).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bench.tax.report import add_growth, bars, cell_summary, print_report
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "tax.json")
 TIMED = ("steady_samples_per_s", "epoch_s", "peak_pss_mib", "peak_mem_mib")
-KILLED = ("steps_rerun", "recovery_s")
+KILLED = ("steps_rerun", "recovery_s", "growth_over_state")
 # --quick: enough cells for every column (two DDP sizes give the memory that grows with the
 # state) in about a minute; the suite runs it.
 QUICK_CELLS = (("ddp", "small"), ("ddp", "medium"), ("fsdp", "small"))
@@ -79,9 +79,8 @@ def cell_variants(strategy: str, size: str, gpu: bool) -> Dict[str, Variant]:
                         common, torchrun_procs=n),
         "loop_huge": Variant(f"loop+THP {label}", f"torchrun {strategy} loop, huge pages",
                              "bench.tax.loop_huge", common, torchrun_procs=n),
-        "kill": Variant(f"kill {label}", "raysgd defaults, a rank SIGKILLed",
-                        "bench.recovery.raysgd_kill",
-                        common + ("--num-workers", str(n))
+        "kill": Variant(f"kills {label}", "raysgd defaults, rank 1 SIGKILLed in 3 calls in a row",
+                        "bench.tax.kills", common + ("--num-workers", str(n))
                         + (("--victim-rank", "0") if n == 1 else ())),
     }
 
@@ -90,9 +89,10 @@ def describe(run: Dict[str, Any]) -> str:
     if not run["ok"]:
         return "FAILED: " + run["error"].splitlines()[0]
     if "steps_rerun" in run:
-        return (f"kill at step {run['killed_at_step']}, {run['steps_rerun']} step(s) re-run "
-                f"(commit interval {run.get('commit_interval')}), "
-                f"next step after {run['recovery_s']:.2f}s, wall {run['wall_s']:.1f}s")
+        return (f"kills: {run['steps_rerun_per_call']} step(s) re-run (worst at interval "
+                f"{run.get('commit_interval')}), next step after {run['recovery_s']:.2f}s "
+                f"(median), peak growth ÷ state {run['growth_over_state']:.2f}, "
+                f"wall {run['wall_s']:.1f}s")
     return (f"{run['steady_samples_per_s']:.0f} samples/s, epochs "
             + " ".join(f"{s:.2f}" for s in run["epoch_s"])
             + f" s, peak PSS {run['peak_pss_mib']:.0f} MiB, wall {run['wall_s']:.1f}s")

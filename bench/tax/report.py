@@ -21,9 +21,15 @@ BARS = (
      [("ddp", s) for s in ("small", "medium", "large")], lambda v: v <= 1),
     ("redone_over_interval", "steps redone per killed rank ÷ the commit interval, FSDP",
      "<= 1", [("fsdp", s) for s in ("small", "medium", "large")], lambda v: v <= 1),
+    ("growth_over_kills", "peak memory growth from the 1st to the 3rd of three kills in a "
+     "row, ÷ the state", "<= 0.25 at medium and large",
+     [(t, s) for t in ("ddp", "fsdp") for s in ("medium", "large")], lambda v: v <= 0.25),
     ("hold_over_copy", "training-thread time per commit at large ÷ one plain copy",
      "<= 0.10", [("ddp", "large"), ("fsdp", "large")], lambda v: v <= 0.10),
 )
+
+
+KILL_FIGURES = ("steps_redone", "redone_over_interval", "growth_over_kills")  # from the kill run
 
 
 def _median(values) -> Optional[float]:
@@ -84,6 +90,7 @@ def cell_summary(runs: Dict[str, list], copy: Optional[Dict[str, Any]], strategy
         "redone_over_interval": _div(kill[0]["steps_rerun"], kill[0].get("commit_interval"))
         if kill else None,
         "kill_to_next_step_s": kill[0]["recovery_s"] if kill else None,
+        "growth_over_kills": kill[0].get("growth_over_state") if kill else None,
         "spares": _median(r.get("spares") for r in raysgd)}
     out["steady_ratio"] = _div(out["raysgd_samples_per_s"], out["loop_samples_per_s"])
     # raysgd's ranks allocate in huge pages by default (raysgd.worker.huge_pages); against
@@ -129,8 +136,8 @@ def bars(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
     for key, figure, bar, cells, test in BARS:
         names = [f"{s}/{z}" for s, z in cells] if cells else [
             name for name, doc in results.items() if doc["summary"].get(key) is not None]
-        values = {name: results[name]["summary"][key] for name in names if name in results
-                  and (key not in ("steps_redone", "redone_over_interval")
+        values = {name: results[name]["summary"].get(key) for name in names if name in results
+                  and (key not in KILL_FIGURES
                        or results[name]["runs"]["kill"])}
         complete = bool(values) and len(values) == len(names) and None not in values.values()
         judged = [test(v) for v in values.values() if v is not None]
@@ -171,7 +178,7 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
                        _fmt(s["raysgd_peak_rss_mib"], digits=0),
                        _fmt(s["loop_peak_rss_mib"], digits=0), _fmt(s["memory_over_state_rss"]),
                        _fmt(s["steps_redone"], digits=0), _fmt(s.get("interval_at_kill"), digits=0),
-                       _fmt(s["kill_to_next_step_s"])])
+                       _fmt(s["kill_to_next_step_s"]), _fmt(s.get("growth_over_kills"))])
     bar_rows = [[b["figure"], ", ".join(f"{name} {_fmt(v, digits=0 if _whole(v) else 3)}"
                                         for name, v in b["values"].items()) or "n/a",
                  b["bar"], {True: "yes", False: "NO", None: "n/a"}[b["met"]]] for b in table]
@@ -186,7 +193,8 @@ def tables(results: Dict[str, Dict[str, Any]], table: List[Dict[str, Any]]) -> s
                                   "beyond ÷ state (PSS)", "growth ÷ state (PSS)",
                                   "peak RSS raysgd (MiB)",
                                   "peak RSS loop (MiB)", "beyond ÷ state (RSS)",
-                                  "steps redone", "commit interval", "kill→next step (s)"]),
+                                  "steps redone", "commit interval", "kill→next step (s)",
+                                  "growth over 3 kills ÷ state"]),
         tabulate(bar_rows, headers=["figure", "values", "bar", "met"])]) + "\n"
 
 
