@@ -99,7 +99,8 @@ def summary(calls: List[Dict[str, Any]], state: int) -> Dict[str, Any]:
     """The run's figures from its calls: the peak's growth from the first kill's call to the
     last's ÷ the state; the kill that redid the most steps (with its call's interval); the
     median seconds from a kill to the next step."""
-    peaks = [call["peak_pss_mib"] for call in calls]
+    # A sampler can miss a short peak; the tree right after the call is a floor for it.
+    peaks = [max(call["peak_pss_mib"], call["after_pss_mib"]) for call in calls]
     timed = [call for call in calls if call.get("steps_rerun") is not None]
     worst = max(timed, key=lambda call: call["steps_rerun"], default={})
     return {"growth_over_state": (peaks[-1] - peaks[0]) * MIB / state if len(peaks) > 1 else None,

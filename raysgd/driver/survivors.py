@@ -46,6 +46,7 @@ class SurvivorCommits:
     """Mixed into :class:`raysgd.driver.worker_group.WorkerGroup`."""
 
     actors: List[Any]
+    slabs: Any
     local_runner: Any
     use_local: bool
     num_workers: int
@@ -65,8 +66,9 @@ class SurvivorCommits:
             source = choose_source(dead, points)
             if source is None or points[source]["step"] <= commit.step:
                 return None
+            slabs = self.slabs.targets(self.rank_nodes, self.process_keys(), [source])
             pairs = self._ask(survivors, "survivor_snapshot",
-                              [(rank == source,) for rank in survivors], pairs=True)
+                              [(rank == source, slabs[rank]) for rank in survivors], pairs=True)
         except Exception as exc:  # noqa: BLE001 - the commit is still there to restore
             logger.info("raysgd: the survivors did not hand their state over (%r); restoring "
                         "the commit", exc)
@@ -77,10 +79,13 @@ class SurvivorCommits:
                      for rank in range(self.num_workers)]
         snapshots[0] = pairs[survivors.index(source)][1]  # the full state: rank 0's slot
         head = headers[source]
+        self.slabs.consumed(source, head.get("slab_version"))
         logger.warning("raysgd: rank(s) %s died; the survivors' live state of step %d replaces "
                        "the commit of step %d", list(dead), head["step"], commit.step)
+        in_slab = bool(head.get("in_slab"))  # the full state, in rank 0's place
         return Commit(head["step"], head["call_done"], self.num_workers, snapshots,
-                      head["epochs_done"])
+                      head["epochs_done"], (head["slab_version"],) if in_slab else (),
+                      (0,) if in_slab else ())
 
     def _ask(self, ranks: List[int], method: str, args: List[tuple], pairs: bool = False):
         """``runner.method(*args[i])`` on each of ``ranks``, in order. With ``pairs`` the

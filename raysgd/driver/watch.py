@@ -44,6 +44,22 @@ def fetch_to_driver(snapshots: List[Any]) -> List[Any]:
     return [next(values) if isinstance(s, ray.ObjectRef) else s for s in snapshots]
 
 
+class StandingPolls:
+    """A group's standing ``next_commit`` requests, kept across its calls: an answer that
+    comes after its call ended (the call's result came first) is still read, for the slab
+    its commit used up (``consumed``). Dropped, it would leave the driver thinking the rank
+    still holds that slab, and the rank would never be named another. Also numbers the calls
+    (the tickets of their requests)."""
+
+    def __init__(self) -> None:
+        self.ticket = 0
+        self.open: Dict[Any, Tuple[int, Any, int]] = {}  # header ref -> (rank, snapshot, ticket)
+
+    def next_ticket(self) -> int:
+        self.ticket += 1
+        return self.ticket
+
+
 class CallWatch:
     def __init__(self, group: Any, monitor: HealthMonitor, committed_step: int,
                  on_commit: Optional[Callable[[Commit], None]] = None, ticket: int = 0,
@@ -60,7 +76,7 @@ class CallWatch:
         self._next_ask = 0.0
         self._next_node_check = 0.0
         self.assembler = CommitAssembler(monitor.world_size, committed_step)
-        self._polls: Dict[Any, Tuple[int, Any]] = {}  # commit header ref -> (rank, snapshot ref)
+        self._polls = group.polls.open  # a request of an earlier call is answered empty
         self._dead: Set[int] = set()
         monitor.start_call()
         if on_commit is not None:
@@ -130,14 +146,16 @@ class CallWatch:
         self._take_local()
         self._ask_commits()
 
-    def _receive(self, header_ref, rank: int, snapshot_ref) -> None:
+    def _receive(self, header_ref, rank: int, snapshot_ref, ticket: int) -> None:
         try:
             header = ray.get(header_ref)
         except RayError:
-            self._dead.add(rank)  # a worker died meanwhile; the call reports it
+            if ticket == self.ticket:  # not the rank a newcomer has taken since
+                self._dead.add(rank)  # a worker died meanwhile; the call reports it
             return
         if header is not None:
             self.group.slabs.consumed(rank, header.get("slab_version"))
+        if header is not None and ticket == self.ticket:  # an earlier call's is past
             self._add(rank, header["step"], header["call_done"], snapshot_ref,
                       header["epochs_done"], header)
 
@@ -158,7 +176,7 @@ class CallWatch:
             self._add(0, snap["step"], snap["call_done"], ray.put(snap), snap["epochs_done"])
 
     def _ask_commits(self) -> None:
-        asking = {rank for rank, _ in self._polls.values()}
+        asking = {rank for rank, _, _ in self._polls.values()}
         ranks = [rank for rank, _ in self._remote_ranks()
                  if rank not in asking and rank not in self._dead]
         if not ranks:
@@ -172,7 +190,7 @@ class CallWatch:
                 header, snapshot = actor.next_commit.remote(self.assembler.after(rank),
                                                             COMMIT_POLL_S, self.ticket,
                                                             slabs[rank])
-                self._polls[header] = (rank, snapshot)
+                self._polls[header] = (rank, snapshot, self.ticket)
 
 
 def waits_for_a_slot(full: Set[int], waiting: Set[int]) -> Set[int]:

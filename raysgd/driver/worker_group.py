@@ -37,7 +37,7 @@ from raysgd.driver.stopping import Stopping
 from raysgd.driver.survivors import SurvivorCommits
 from raysgd.driver.replicas import Copiers, Landing, commit_copies, rehomed
 from raysgd.driver.slabs import NO_SLABS, readable_on
-from raysgd.driver.watch import CallWatch
+from raysgd.driver.watch import CallWatch, StandingPolls
 from raysgd.errors import ResourcesUnavailableError
 from raysgd.state.commit import Commit, slab_commit
 from raysgd.worker.actor import COMMIT_WAIT_S
@@ -92,7 +92,7 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
         self.slabs = NO_SLABS  # where each rank's next commit may go (the supervisor's)
         self._runners = 0  # runner generations started (a slab is named to one runner)
         self._first_bundle = 0
-        self._watches = 0  # numbers each call's commit requests
+        self.polls = StandingPolls()  # its commit requests, which outlive their call
         # Set when the last call failed while other ranks were still inside it
         # (e.g. waiting in a collective the failed rank never joined).
         self.left_running = False
@@ -339,9 +339,8 @@ class WorkerGroup(FanOut, Rejoin, Stopping, SurvivorCommits):
 
     def watch(self, timeout_s: float, committed_step: int, on_commit=None,
               on_progress=None, on_tick=None) -> CallWatch:
-        self._watches += 1
         return CallWatch(self, HealthMonitor(self.num_workers, timeout_s), committed_step,
-                         on_commit, ticket=self._watches, on_progress=on_progress,
+                         on_commit, ticket=self.polls.next_ticket(), on_progress=on_progress,
                          on_tick=on_tick)
 
     def placeable_workers(self, want: int = 0) -> int:

@@ -19,6 +19,7 @@ workers' is left as Ray gives it. Other C libraries ignore the variable.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Dict, Mapping, Optional
 
@@ -41,3 +42,25 @@ def wanted(environ: Optional[Mapping[str, str]] = None) -> bool:
 def env_vars(one_arena: bool) -> Dict[str, str]:
     """The variables a rank's process starts with for this setting."""
     return {GLIBC_ENV: "1"} if one_arena else {}
+
+
+def _glibc() -> Optional[ctypes.CDLL]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+_LIBC = _glibc()
+
+
+def trim() -> None:
+    """Hand the free pages of the malloc heap back to the system. The main arena keeps
+    what it frees (see above), so a rank that swapped a whole state for another (a restore:
+    the old model and optimizers, the commit's unpacked copies) would keep that much more
+    memory with every failure; measured on the tax benchmark's ddp/medium cell (101 MB of
+    state), 50 MB more per kill on the survivor, none with a trim after each restore. Costs
+    milliseconds, once per restore; pages reused later are faulted in again."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)

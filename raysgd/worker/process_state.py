@@ -22,6 +22,8 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 import torch
 
+from raysgd.worker import malloc_arena
+
 # Modules that keep module-level state register how to forget it (``on_restore``);
 # this module imports none of them, so the worker's base never depends on the
 # integrations (a function trainable's session) that keep such state.
@@ -59,14 +61,16 @@ class Baseline:
         random.seed()
         np.random.seed()
         _reset_raysgd_modules()
+        # The last trainer's state must be gone before the next one allocates its own; what
+        # reference cycles hold (modules and their hooks: under FSDP a whole shard) would
+        # otherwise wait for the collector's own schedule, a state more per recovery. (A
+        # worker froze what it held at capture, so this walks only what trainers made.)
+        gc.collect()
         # is_initialized first: is_available() would start CUDA's driver in a process that
         # has not yet chosen its device (a GPU spare, _WorkerActor.use_devices).
         if torch.cuda.is_initialized():
-            # GPU memory must be back before the next trainer allocates; a full collection
-            # (0.2-0.5 s with torch loaded) frees what reference cycles hold. CPU memory is
-            # freed by reference counting and the collector's own schedule.
-            gc.collect()
             torch.cuda.empty_cache()
+        malloc_arena.trim()  # and what it freed, back to the system
 
 
 def _restore_environ(saved: Dict[str, str]) -> None:

@@ -23,7 +23,7 @@ from raysgd.errors import ConfigError
 from raysgd.operator import OperatorContext, TrainingOperator
 from raysgd.state.packing import pack_tensors, unpack_tensors
 from raysgd.state.slab import SlabTarget
-from raysgd.worker import distributed, rng, step_seeds
+from raysgd.worker import distributed, malloc_arena, rng, step_seeds
 from raysgd.worker.batches import batch_count
 from raysgd.worker.hooks import EpochCaller, call_info
 from raysgd.worker.passes import Passes
@@ -232,6 +232,7 @@ class WorkerRunner(RunnerState):
         started = time.perf_counter()
         header, snap = self.snapshot_pair()
         self.last_cost = dataclasses.replace(self.last_cost, end_s=time.perf_counter() - started)
+        malloc_arena.trim()  # what the call freed in the heap's middle (after a failure: MBs)
         return {**header, "metrics": metrics, "first_step_wall": self.first_step_wall,
                 "cost": self.last_cost}, snap
 
@@ -310,6 +311,7 @@ class WorkerRunner(RunnerState):
         self._commits.clear()
         self._survivor.clear()
         self.stop_point.close()
+        malloc_arena.trim()  # what the old state and the unpacked commit left in the heap
         return restarted
 
     def next_commit(self, after: int, wait_s: float = 0.0, ticket: int = 0,

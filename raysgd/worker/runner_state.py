@@ -101,11 +101,13 @@ class RunnerState:
         return {"step": mark.steps if mark else None, "has_buffers": self._survivor.has_buffers,
                 "why_not": why_not}
 
-    def survivor_snapshot(self, full: bool):
+    def survivor_snapshot(self, full: bool, slab: Any = None):
         """This rank's live state at the last batch boundary (``survivor_point`` said it
         stands there), as a commit: the header carries this rank's own part (position,
         step, RNGs, metric meters; small); with ``full`` the snapshot holds the models,
-        optimizers and shared parts too, as rank 0's does, and rank 0's meters only."""
+        optimizers and shared parts too, as rank 0's does, and rank 0's meters only, in the
+        slab the driver named (``slab`` or one before) like any commit: a new object in
+        Ray's store per failure is memory the store keeps."""
         mark = self._survivor.standing(self.operator.global_step)
         position = {"global_step": mark.global_step, **mark.position}
         at = mark.position
@@ -119,5 +121,8 @@ class RunnerState:
             return {**head, "own": own}, None
         state = self._commit_state(full=True)
         state.update(position)
-        return {**head, "own": own}, {**head, "state": pack_tensors(state),
-                                      "meters": meters if self.rank.world_rank == 0 else None}
+        self._slabs.offer(slab)
+        snap = self._into_slab({**head, "state": pack_tensors(state),
+                                "meters": meters if self.rank.world_rank == 0 else None})
+        return {**head, "own": own, "slab_version": snap["slab_version"],
+                "in_slab": snap["in_slab"]}, snap
