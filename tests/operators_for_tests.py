@@ -1,5 +1,6 @@
 """Operators shared by the tests; importable on Ray workers (see conftest)."""
 import os
+import signal
 
 import numpy as np
 import torch
@@ -459,3 +460,15 @@ class WideOperator(RaisingOperator):
                                     batch_size=batch),
             validation_loader=DataLoader(LinearDataset(2, 5, size=64), batch_size=batch))
         record_pid(config, self.world_rank)
+
+
+class DyingWideOperator(WideOperator):
+    """WideOperator whose rank ``die_rank`` SIGKILLs itself at global step ``die_step`` (both
+    set by the test with apply_all_operators; a newcomer in its place has neither)."""
+
+    die_step, die_rank = None, 1
+
+    def train_batch(self, batch, batch_info):
+        if self.world_rank == self.die_rank and batch_info["global_step"] == self.die_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().train_batch(batch, batch_info)

@@ -1,7 +1,9 @@
 """Unit tests of the warm pool's bookkeeping, WarmSettings and the process baseline (no Ray)."""
+import gc
 import os
 import random
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -171,7 +173,19 @@ def test_baseline_restores_environment_cwd_rngs_and_raysgd_state(tmp_path, monke
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(threads + 1)  # a trainer that gave its workers more CPUs
 
-    baseline.restore()
+    class Module:  # an old runner's model that its hooks refer back to: only a collection frees it
+        pass
+
+    cycle = Module()
+    cycle.self, cycle.weights = cycle, torch.zeros(1024)
+    freed = weakref.ref(cycle)
+    del cycle
+    gc.disable()  # only restore() may collect it
+    try:
+        baseline.restore()
+    finally:
+        gc.enable()
+    assert freed() is None  # before the next trainer allocates its own
 
     assert "RAYSGD_BASELINE_ADDED" not in os.environ
     assert os.environ["RAYSGD_BASELINE_KEPT"] == "before"

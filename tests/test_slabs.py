@@ -7,7 +7,7 @@ import signal
 import pytest
 import torch
 
-from operators_for_tests import WideOperator
+from operators_for_tests import DyingWideOperator, WideOperator
 from raysgd.state import checkpoint as checkpoint_io
 from raysgd.utils import BATCH_SIZE
 
@@ -98,6 +98,28 @@ def test_a_survivor_gets_a_slab_again_after_a_newcomer_took_a_dead_ranks_place(
     assert trainer.recovery_stats.failures == 1
     trainer.train()
     assert trainer._supervisor.commit.slab_ranks == (0,), trainer._supervisor.commit
+
+
+@pytest.mark.slow
+def test_the_survivors_hand_over_goes_to_a_slab_not_to_rays_store(trainer_factory):
+    """A rank killed mid-call: the survivor's live state becomes the commit. It is written
+    to the survivor's slab like any commit; a new object in Ray's store per failure is
+    memory the store keeps."""
+    trainer = trainer_factory(DyingWideOperator, config={**CONFIG, "data_size": 256},
+                              checkpoint_every_n_steps=None)
+    trainer.train()
+    group = trainer._supervisor.group
+    handed, ask = [], group.survivor_commit
+    group.survivor_commit = lambda *args: handed.append(ask(*args)) or handed[-1]
+
+    def arm(op):
+        op.die_step = op.global_step + 2
+
+    trainer.apply_all_operators(arm)
+    trainer.train()
+    assert trainer.recovery_stats.failures == 1
+    commit, = handed
+    assert commit is not None and commit.slab_ranks == (0,) and commit.slab_versions, commit
 
 
 def test_a_checkpoint_written_from_a_slab_commit_holds_the_trained_state(
