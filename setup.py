@@ -31,8 +31,8 @@ setup(
         "plot": ["matplotlib"],
         # The documentation site (`make docs`; `make test` builds it strictly).
         "docs": DOCS,
-        "test": ["pytest", "pytest-timeout", "scikit-learn", "ray[train,client]>=2.9", "moto[server]",
-                 "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
+        "test": ["pytest", "pytest-timeout", "hypothesis", "scikit-learn", "ray[train,client]>=2.9",
+                 "moto[server]", "pytorch_lightning>=2.0,<3", "tensorboard", "mlflow-skinny", "wandb",
                  "matplotlib", "torchft==0.2.0", *DOCS],
     },
 )

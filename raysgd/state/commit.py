@@ -63,6 +63,10 @@ class CommitAssembler:
         """The ranks with a part waiting for the rest of its commit."""
         return {rank for parts in self._parts.values() for rank in parts}
 
+    def parts_waiting(self) -> Dict[int, Set[int]]:
+        """Step -> the ranks whose part of it waits for the rest."""
+        return {step: set(parts) for step, parts in self._parts.items()}
+
     def add(self, rank: int, step: int, call_done: int, snapshot: Any,
             epochs_done: int = 0, header: Optional[dict] = None) -> Optional[Commit]:
         """Record a part (``header``: where it went, as :func:`slab_commit` reads it);
@@ -72,6 +76,7 @@ class CommitAssembler:
             return None
         parts = self._parts.setdefault(step, {})
         parts[rank] = (call_done, snapshot, epochs_done, header)
+        self._drop_unformable()
         if len(parts) < self.world_size:
             return None
         self.committed_step = step
@@ -79,3 +84,16 @@ class CommitAssembler:
         ordered = [parts[rank] for rank in range(self.world_size)]
         return slab_commit(step, ordered[0][0], self.world_size, [p[1] for p in ordered],
                            ordered[0][2], [p[3] for p in ordered])
+
+    def _drop_unformable(self) -> None:
+        """Forget the parts whose commit can no longer form: a rank without a part at that
+        step was seen past it, and a rank is only asked for steps after the last one it
+        handed over (``after``). A rank may skip a step the others commit (it commits again
+        after a torn view, its queue overflowed); the parts left waiting would keep their
+        slab slots needed, and ``raysgd.driver.watch.waits_for_a_slot`` would then never ask
+        their rank again. Kept to the parts that can form, the rank seen least far is never
+        kept waiting, so commits keep forming."""
+        self._parts = {step: parts for step, parts in self._parts.items()
+                       if not any(self._last_seen.get(rank, step) > step
+                                  for rank in range(self.world_size) if rank not in parts)}
+
